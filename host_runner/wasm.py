@@ -1,0 +1,153 @@
+"""Running the capsule under wasmtime-py: the WASI command (one ProbeReport) and the reactor (kernels
+called directly). This is the embedding the `ce-bench` CLI builds on; the `wasmtime` CLI runs the same
+capsule.wasm unchanged."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import wasmtime
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one run of capsule.wasm printed and how it ended."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def report(self) -> dict[str, Any]:
+        """The ProbeReport; raises CapsuleError when the run failed or printed no JSON."""
+        if self.exit_code != 0:
+            last = self.stderr.strip().splitlines()[-1:] or ["(no message)"]
+            raise CapsuleError(f"capsule exited with status {self.exit_code}: {last[0]}")
+        try:
+            report = json.loads(self.stdout)
+        except json.JSONDecodeError as exc:
+            raise CapsuleError(f"capsule printed no valid ProbeReport ({exc})") from exc
+        if not isinstance(report, dict):
+            raise CapsuleError(f"capsule printed a JSON {type(report).__name__}, expected an object")
+        return report
+
+
+class CapsuleError(Exception):
+    """The capsule could not be run or did not produce a report."""
+
+
+# Keyed by the engine object itself (not its id): the key keeps the engine alive, so a module is never
+# handed to a different engine that reused a collected one's address.
+_modules: dict[tuple[wasmtime.Engine, Path], wasmtime.Module] = {}
+_default_engine: wasmtime.Engine | None = None
+
+
+def default_engine() -> wasmtime.Engine:
+    global _default_engine
+    if _default_engine is None:
+        _default_engine = wasmtime.Engine()
+    return _default_engine
+
+
+def load_module(engine: wasmtime.Engine, path: Path) -> wasmtime.Module:
+    """Compiles a module once per engine (Cranelift compilation of capsule.wasm takes ~0.3 s)."""
+    key = (engine, path.resolve())
+    if key not in _modules:
+        try:
+            _modules[key] = wasmtime.Module.from_file(engine, str(path))
+        except (OSError, wasmtime.WasmtimeError) as exc:
+            raise CapsuleError(f"cannot load {path}: {exc}") from exc
+    return _modules[key]
+
+
+def run_command(
+    wasm: Path,
+    args: Sequence[str],
+    scratch: Path | None = None,
+    scratch_writable: bool = True,
+    engine: wasmtime.Engine | None = None,
+) -> CommandResult:
+    """Runs capsule.wasm with argv = ["capsule.wasm", *args]; scratch is preopened as /scratch."""
+    engine = engine or default_engine()
+    module = load_module(engine, wasm)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    store = wasmtime.Store(engine)
+    with tempfile.TemporaryDirectory(prefix="ce-capsule-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ["capsule.wasm", *args]
+        wasi.stdout_file = str(out)
+        wasi.stderr_file = str(err)
+        if scratch is not None:
+            wasi.preopen_dir(str(scratch), "/scratch", fs_mutable=scratch_writable)
+        store.set_wasi(wasi)
+        instance = linker.instantiate(store, module)
+        start = instance.exports(store)["_start"]
+        assert isinstance(start, wasmtime.Func)  # our own module: a missing _start is a build bug
+        code = 0
+        try:
+            start(store)
+        except wasmtime.ExitTrap as exit_trap:
+            code = exit_trap.code
+        return CommandResult(code, out.read_text(), err.read_text())
+
+
+class Reactor:
+    """The reactor variant's kernels, called with numpy arrays copied in and out of wasm memory."""
+
+    def __init__(self, wasm: Path, engine: wasmtime.Engine | None = None) -> None:
+        self.engine = engine or default_engine()
+        self.store = wasmtime.Store(self.engine)
+        self.instance = wasmtime.Instance(self.store, load_module(self.engine, wasm), [])
+        exports = self.instance.exports(self.store)
+        self._memory = exports["memory"]
+        self._fn = {name: exports[name] for name in (
+            "_initialize", "ce_alloc", "ce_free", "ce_sgemm", "ce_sgemm_release", "ce_stream_copy",
+            "ce_stream_scale", "ce_stream_add", "ce_stream_triad", "ce_llm_new", "ce_llm_free",
+            "ce_llm_forward", "ce_llm_logits")}
+        self.call("_initialize")
+
+    def call(self, name: str, *args: int | float) -> Any:
+        return self._fn[name](self.store, *args)
+
+    def _view(self, ptr: int, dtype: type[np.generic], count: int) -> np.ndarray:
+        memory = self._memory
+        assert isinstance(memory, wasmtime.Memory)
+        base = memory.data_ptr(self.store)  # fetched anew: memory.grow may move it
+        size = memory.data_len(self.store)
+        raw = np.ctypeslib.as_array(base, shape=(size,))
+        return raw[ptr : ptr + count * np.dtype(dtype).itemsize].view(dtype)
+
+    def put(self, array: np.ndarray) -> int:
+        """Copies a C-contiguous array into fresh wasm memory; returns its address."""
+        data = np.ascontiguousarray(array)
+        ptr = int(self.call("ce_alloc", max(data.nbytes, 16)))
+        if ptr == 0:
+            raise CapsuleError(f"wasm memory exhausted allocating {data.nbytes} bytes")
+        self._view(ptr, data.dtype.type, data.size)[:] = data.ravel()
+        return ptr
+
+    def get(self, ptr: int, dtype: type[np.generic], shape: tuple[int, ...]) -> np.ndarray:
+        return self._view(ptr, dtype, int(np.prod(shape))).reshape(shape).copy()
+
+    def sgemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """C = A @ B computed by the capsule's fp32 kernel."""
+        m, k = a.shape
+        k2, n = b.shape
+        if k != k2:
+            raise ValueError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
+        pa, pb = self.put(a.astype(np.float32)), self.put(b.astype(np.float32))
+        pc = self.put(np.zeros((m, n), np.float32))
+        try:
+            if self.call("ce_sgemm", m, n, k, pa, k, pb, n, pc, n) != 0:
+                raise CapsuleError("ce_sgemm could not allocate its workspace")
+            return self.get(pc, np.float32, (m, n))
+        finally:
+            for p in (pa, pb, pc):
+                self.call("ce_free", p)
+
