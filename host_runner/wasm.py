@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import wasmtime
@@ -105,11 +106,19 @@ class Reactor:
         self.store = wasmtime.Store(self.engine)
         self.instance = wasmtime.Instance(self.store, load_module(self.engine, wasm), [])
         exports = self.instance.exports(self.store)
-        self._memory = exports["memory"]
-        self._fn = {name: exports[name] for name in (
+        memory = exports["memory"]
+        if not isinstance(memory, wasmtime.Memory):
+            raise CapsuleError(f"{wasm}: export 'memory' is not a memory")
+        self._memory = memory
+        self._fn: dict[str, wasmtime.Func] = {}
+        for name in (
             "_initialize", "ce_alloc", "ce_free", "ce_sgemm", "ce_sgemm_release", "ce_stream_copy",
             "ce_stream_scale", "ce_stream_add", "ce_stream_triad", "ce_llm_new", "ce_llm_free",
-            "ce_llm_forward", "ce_llm_logits")}
+            "ce_llm_forward", "ce_llm_logits"):
+            func = exports[name]
+            if not isinstance(func, wasmtime.Func):
+                raise CapsuleError(f"{wasm}: export {name!r} is missing or not a function")
+            self._fn[name] = func
         self.call("_initialize")
 
     def call(self, name: str, *args: int | float) -> Any:
@@ -117,7 +126,6 @@ class Reactor:
 
     def _view(self, ptr: int, dtype: type[np.generic], count: int) -> np.ndarray:
         memory = self._memory
-        assert isinstance(memory, wasmtime.Memory)
         base = memory.data_ptr(self.store)  # fetched anew: memory.grow may move it
         size = memory.data_len(self.store)
         raw = np.ctypeslib.as_array(base, shape=(size,))

@@ -57,7 +57,8 @@ def test_same_seed_same_checksums(wasmtime_cli: Path, artifacts: Artifacts) -> N
     second = json.loads(run_cli(wasmtime_cli, artifacts.capsule, args).stdout)["probes"]
     assert first["sgemm"]["checksum"] == second["sgemm"]["checksum"]
     assert first["llm"]["token_ids_sha256"] == second["llm"]["token_ids_sha256"]
-    other = json.loads(run_cli(wasmtime_cli, artifacts.capsule, ["--probes", "sgemm", "--seed", "c0ffef", *SMALL]).stdout)
+    other_args = ["--probes", "sgemm", "--seed", "c0ffef", *SMALL]
+    other = json.loads(run_cli(wasmtime_cli, artifacts.capsule, other_args).stdout)
     assert other["probes"]["sgemm"]["checksum"] != first["sgemm"]["checksum"]
 
 
