@@ -65,19 +65,43 @@ def load_module(engine: wasmtime.Engine, path: Path) -> wasmtime.Module:
     return _modules[key]
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one run. The engine must be made by `limited_engine()` for deadlines/fuel."""
+
+    memory_bytes: int | None = None
+    fuel: int | None = None
+    epoch_deadline: bool = False  # trap once the engine's epoch is incremented (a timer does it)
+
+
+def limited_engine() -> wasmtime.Engine:
+    config = wasmtime.Config()
+    config.epoch_interruption = True
+    config.consume_fuel = True
+    return wasmtime.Engine(config)
+
+
 def run_command(
     wasm: Path,
     args: Sequence[str],
     scratch: Path | None = None,
     scratch_writable: bool = True,
     engine: wasmtime.Engine | None = None,
+    limits: Limits | None = None,
 ) -> CommandResult:
-    """Runs capsule.wasm with argv = ["capsule.wasm", *args]; scratch is preopened as /scratch."""
+    """Runs capsule.wasm with argv = ["capsule.wasm", *args]; scratch is preopened as /scratch.
+    A limit that stops the run raises wasmtime.Trap (deadline, fuel)."""
     engine = engine or default_engine()
     module = load_module(engine, wasm)
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
     store = wasmtime.Store(engine)
+    if limits is not None:
+        if limits.memory_bytes is not None:
+            store.set_limits(memory_size=limits.memory_bytes)
+        store.set_fuel(limits.fuel if limits.fuel is not None else 2**63 - 1)
+        if limits.epoch_deadline:
+            store.set_epoch_deadline(1)
     with tempfile.TemporaryDirectory(prefix="ce-capsule-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         wasi = wasmtime.WasiConfig()

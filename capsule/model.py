@@ -1,0 +1,149 @@
+"""Data model v1 (ARCHITECTURE.md): NodeProfile, LinkSample, Beacon, JobReceipt.
+
+Field names are the design card's (seed 000 §2.1, §2.2). A figure the platform cannot measure is null,
+with the reason in `evidence`. Units are in the field names or the schema descriptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from capsule.peerid import public_key_from_peer_id
+from capsule.typed import spec
+
+HEX64 = "[0-9a-f]{64}"
+HEX = "[0-9a-f]{2,256}"
+B64URL_SIG = "[A-Za-z0-9_-]{86}"  # 64 bytes, unpadded base64url
+MAX_U32 = 2**32 - 1
+MAX_TIME = 2**40  # unix seconds; far beyond any real date, rejects absurd values
+
+
+def _peer_id(value: str) -> None:
+    public_key_from_peer_id(value)  # raises PeerIdError (a ValueError) with the reason
+
+
+def node_id_field(description: str) -> Any:
+    return spec(check=_peer_id, max_length=100, description=description)
+
+
+@dataclass(frozen=True)
+class BeaconRef:
+    relay: str = node_id_field("NodeId of the relay that issued the beacon round")
+    round: int = spec(minimum=0, description="beacon round number")
+    value: str = spec(pattern=HEX, description="the round's random value (hex); it seeds the capsule inputs")
+
+
+@dataclass(frozen=True)
+class CapsuleRef:
+    version: str = spec(max_length=32)
+    sha256: str = spec(pattern=HEX64, description="sha256 of capsule.wasm")
+
+
+@dataclass(frozen=True)
+class Cpu:
+    cores: int = spec(minimum=1, maximum=MAX_U32, description="physical cores")
+    threads: int = spec(minimum=1, maximum=MAX_U32, description="hardware threads")
+    gflops_fp32: float | None = spec(minimum=0, unit="GFLOP/s",
+                                     description="whole CPU, capsule wasm SIMD128 SGEMM on all cores at once")
+    mem_bw_gbps: float | None = spec(minimum=0, unit="GB/s (1e9 B/s)", description="STREAM triad, all cores")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    model: str = spec(max_length=200)
+    backend: str = spec(enum=("webgpu", "vulkan", "metal", "dx12", "cuda", "rocm", "gl"))
+    vram_mb: int | None = spec(minimum=0, maximum=MAX_U32, unit="MiB",
+                               description="see evidence vram_source: nvml, or a probe lower bound")
+    fp16_tflops: float | None = spec(minimum=0, unit="TFLOP/s")
+    fp32_tflops: float | None = spec(minimum=0, unit="TFLOP/s", default=None)
+
+
+@dataclass(frozen=True)
+class Memory:
+    total_mb: int = spec(minimum=0, maximum=MAX_U32, unit="MiB")
+    available_mb: int = spec(minimum=0, maximum=MAX_U32, unit="MiB")
+
+
+@dataclass(frozen=True)
+class Storage:
+    total_gb: int | None = spec(minimum=0, maximum=MAX_U32, unit="GB (1e9 B)")
+    free_gb: int | None = spec(minimum=0, maximum=MAX_U32, unit="GB (1e9 B)")
+    read_mbps: float | None = spec(minimum=0, unit="MB/s (1e6 B/s)")
+    write_mbps: float | None = spec(minimum=0, unit="MB/s (1e6 B/s)")
+
+
+@dataclass(frozen=True)
+class Llm:
+    ref_model: str = spec(max_length=64)
+    tokens_per_sec: float | None = spec(minimum=0, unit="tokens/s", description="greedy decode, batch 1 (tg128)")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    os: str = spec(max_length=64)
+    arch: str = spec(max_length=64)
+    kind: str = spec(enum=("server", "browser"))
+    docker: bool = spec()
+    gvisor: bool = spec()
+    wasm: bool = spec()
+    engine: str = spec(max_length=200)
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    v: int = spec(minimum=1, maximum=1, description="data model version")
+    node_id: str = node_id_field("libp2p PeerId of the node's Ed25519 key")
+    measured_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    beacon: BeaconRef = spec()
+    capsule: CapsuleRef = spec()
+    cpu: Cpu = spec()
+    gpus: list[Gpu] = spec()
+    memory: Memory = spec()
+    storage: Storage = spec()
+    llm: Llm = spec()
+    runtime: Runtime = spec()
+    evidence: dict[str, Any] = spec(description="per probe: n, median, spread, method, checksum")
+    sig: str = spec(pattern=B64URL_SIG, description="Ed25519 over the canonical bytes, base64url")
+
+
+@dataclass(frozen=True)
+class LinkSample:
+    a: str = node_id_field("one endpoint")
+    b: str = node_id_field("the other endpoint")
+    rtt_ms: float = spec(minimum=0, maximum=600_000, unit="ms")
+    jitter_ms: float = spec(minimum=0, maximum=600_000, unit="ms")
+    loss: float = spec(minimum=0, maximum=1, description="fraction of probes lost")
+    bw_mbps: float | None = spec(minimum=0, unit="Mbit/s")
+    measured_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    sig_a: str = spec(pattern=B64URL_SIG)
+    sig_b: str = spec(pattern=B64URL_SIG)
+
+
+@dataclass(frozen=True)
+class Beacon:
+    relay: str = node_id_field("NodeId of the issuing relay")
+    round: int = spec(minimum=0)
+    value: str = spec(pattern=HEX64, description="sha256(prev value || round || relay secret), hex")
+    prev: str = spec(pattern=f"(?:{HEX64})?", description="previous round's value, empty for round 0")
+    issued_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    sig: str = spec(pattern=B64URL_SIG)
+
+
+@dataclass(frozen=True)
+class JobReceipt:
+    v: int = spec(minimum=1, maximum=1)
+    job_id: str = spec(pattern=HEX64, description="sha256 of the manifest's canonical bytes")
+    node_id: str = node_id_field("the node that ran the job")
+    capsule_sha256: str = spec(pattern=HEX64)
+    status: str = spec(enum=("ok", "failed"))
+    started_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    finished_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    wall_ms: float = spec(minimum=0, unit="ms")
+    profile_sha256: str | None = spec(pattern=HEX64, description="sha256 of the signed profile's canonical bytes")
+    error: str | None = spec(max_length=1000)
+    sig: str = spec(pattern=B64URL_SIG)
+
+
+RECORDS: dict[str, type] = {"NodeProfile": NodeProfile, "LinkSample": LinkSample, "Beacon": Beacon,
+                            "JobReceipt": JobReceipt}

@@ -1,0 +1,185 @@
+"""Typed records from JSON: one declaration per record gives parsing with precise errors and its JSON
+Schema. Records are frozen dataclasses; each field's constraints live in its metadata (see `spec`).
+
+Parsing validates without transforming: integers stay integers, and the signed JSON a peer sent is what
+gets verified. Errors name the field path and say what was expected and what arrived, e.g.
+`$.cpu.cores: expected an integer >= 1, got -3`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ValidationError(ValueError):
+    """Data that does not match a record; `path` is the JSON path of the offending field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.reason = message
+
+
+def spec(
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    enum: tuple[str, ...] | None = None,
+    pattern: str | None = None,
+    max_length: int | None = None,
+    check: Callable[[Any], None] | None = None,
+    description: str = "",
+    unit: str = "",
+    default: Any = dataclasses.MISSING,
+) -> Any:
+    """A dataclass field with constraints. `check` raises ValueError with a reason for custom rules."""
+    meta = {"minimum": minimum, "maximum": maximum, "enum": enum, "pattern": pattern, "max_length": max_length,
+            "check": check, "description": description, "unit": unit}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _check_scalar(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> None:
+    lo, hi = meta.get("minimum"), meta.get("maximum")
+    bounds = "".join([f" >= {lo:g}" if lo is not None else "", f" <= {hi:g}" if hi is not None else ""])
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValidationError(path, f"expected a boolean, got {_type_name(value)}")
+        return
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError(path, f"expected an integer{bounds}, got {_type_name(value)} {_describe(value)}")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError(path, f"expected a number{bounds}, got {_type_name(value)} {_describe(value)}")
+        if not math.isfinite(value):
+            raise ValidationError(path, f"expected a finite number, got {value}")
+    elif tp is str:
+        if not isinstance(value, str):
+            raise ValidationError(path, f"expected a string, got {_type_name(value)} {_describe(value)}")
+        max_length, pattern, enum = meta.get("max_length"), meta.get("pattern"), meta.get("enum")
+        if max_length is not None and len(value) > max_length:
+            raise ValidationError(path, f"expected at most {max_length} characters, got {len(value)}")
+        if enum is not None and value not in enum:
+            raise ValidationError(path, f"expected one of {', '.join(enum)}, got {_describe(value)}")
+        if pattern is not None and not re.fullmatch(pattern, value):
+            raise ValidationError(path, f"expected a string matching {pattern}, got {_describe(value)}")
+    if tp in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+        raise ValidationError(path, f"expected {'an integer' if tp is int else 'a number'}{bounds}, got {value}")
+
+
+def _parse_value(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _parse_value(inner, value, meta, path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValidationError(path, f"expected an array, got {_type_name(value)}")
+        (item,) = typing.get_args(tp)
+        return [_parse_value(item, v, meta, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValidationError(path, f"expected an object, got {_type_name(value)}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return parse(typing.cast(type, tp), value, path)
+    _check_scalar(tp, value, meta, path)
+    check = meta.get("check")
+    if check is not None:
+        try:
+            check(value)
+        except ValueError as exc:
+            raise ValidationError(path, str(exc)) from None
+    return value
+
+
+def parse(cls: type[T], data: Any, path: str = "$") -> T:
+    """Builds `cls` from JSON data, or raises ValidationError naming the first problem."""
+    if not isinstance(data, dict):
+        raise ValidationError(path, f"expected an object, got {_type_name(data)}")
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValidationError(f"{path}.{unknown[0]}", f"unknown field (expected only: {', '.join(fields)})")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is not dataclasses.MISSING:
+                continue
+            raise ValidationError(f"{path}.{name}", "required field is missing")
+        values[name] = _parse_value(hints[name], data[name], f.metadata, f"{path}.{name}")
+    return cls(**values)
+
+
+def to_json(record: Any) -> Any:
+    """The JSON form of a record (dataclasses to dicts, recursively)."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: to_json(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    if isinstance(record, list):
+        return [to_json(v) for v in record]
+    return record
+
+
+def json_schema(cls: type, title: str = "") -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a record, generated from the same declarations `parse` uses."""
+    schema = _schema_of(cls, {})
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    if title:
+        schema["title"] = title
+    return schema
+
+
+def _schema_of(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return {"anyOf": [_schema_of(inner, meta), {"type": "null"}]}
+    if origin is list:
+        return {"type": "array", "items": _schema_of(typing.get_args(tp)[0], meta)}
+    if origin is dict:
+        return {"type": "object"}
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        fields = dataclasses.fields(tp)
+        return {
+            "type": "object",
+            "properties": {f.name: _schema_of(hints[f.name], f.metadata) for f in fields},
+            "required": [f.name for f in fields if f.default is dataclasses.MISSING],
+            "additionalProperties": False,
+        }
+    out: dict[str, Any] = {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
+    for key, schema_key in (("minimum", "minimum"), ("maximum", "maximum"), ("pattern", "pattern"),
+                            ("max_length", "maxLength"), ("description", "description")):
+        if meta.get(key):
+            out[schema_key] = meta[key]
+        elif meta.get(key) == 0 and key in ("minimum", "maximum"):
+            out[schema_key] = 0
+    if meta.get("enum"):
+        out["enum"] = list(meta["enum"])
+    if meta.get("unit"):
+        out["description"] = (out.get("description", "") + f" [{meta['unit']}]").strip()
+    if tp is str and meta.get("pattern"):
+        out["pattern"] = "^(?:" + meta["pattern"] + ")$"
+    return out

@@ -1,0 +1,195 @@
+"""The `ce-bench` command: measure this server, sign and report its NodeProfile, verify profiles,
+manage the node key, run CE jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from capsule.signing import SignatureError, verify_record
+from capsule.typed import ValidationError
+from host_runner import keys as keys_mod
+from host_runner.relay_client import RelayError, fetch_beacon, local_beacon, post_profile, resend_outbox, save_to_outbox
+from host_runner.ui import PhaseProgress, console, results_table
+from host_runner.wasm import CapsuleError
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CAPSULE = REPO / "build" / "capsule.wasm"
+
+
+class UserError(click.ClickException):
+    """A problem the user can fix; printed as `ce-bench: error: ...`, exit status 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"ce-bench: error: {self.message}", err=True)
+
+
+def checked_capsule(path: Path) -> Path:
+    """The capsule, refused when unreadable or when it differs from the sha256 the build recorded."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read the capsule {path}: {exc.strerror}; build it with `python build.py`") from None
+    expected_file = path.with_name("capsule.sha256")
+    if expected_file.exists():
+        expected = expected_file.read_text().strip()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != expected:
+            raise UserError(f"{path} has sha256 {actual[:16]}..., but the build recorded {expected[:16]}... in "
+                            f"{expected_file.name}: tampered or stale; rebuild with `python build.py --force`")
+    return path
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def load_key() -> keys_mod.NodeKey:
+    try:
+        return keys_mod.load_or_create()
+    except keys_mod.KeyFileError as exc:
+        raise UserError(str(exc)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """ce-bench: measure this machine and publish it as a signed NodeProfile."""
+
+
+@main.command()
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("profile.json"),
+              show_default=True, help="where the signed NodeProfile is written")
+@click.option("--relay", metavar="URL", help="relay to take the beacon from and report the profile to")
+@click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True,
+              help="capsule budget per phase (whole-CPU phase, then one core alone)")
+@click.option("--instances", type=click.IntRange(1, 4096), help="capsule instances for the whole-CPU figure "
+              "[default: one per physical core]")
+@click.option("--no-gpu", is_flag=True, help="skip the GPU probes")
+@click.option("--no-jitter", is_flag=True, help="start at once instead of after the beacon's start jitter")
+@click.option("--scratch", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="directory the disk probe writes in [default: the current directory]")
+@click.option("--capsule", "capsule_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CAPSULE,
+              show_default=True)
+def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_gpu: bool, no_jitter: bool,
+        scratch: Path | None, capsule_path: Path) -> None:
+    """Measure this machine, sign the NodeProfile, write it to --out and report it to --relay."""
+    from host_runner.node import RunOptions, measure
+
+    capsule = checked_capsule(capsule_path)
+    key = load_key()
+    beacon_source = "local"
+    if relay:
+        sent, problems = resend_outbox(relay)
+        if sent:
+            console.print(f"resent {sent} waiting profile(s) to {relay}")
+        for p in problems:
+            console.print(f"[yellow]outbox: {p}[/yellow]")
+        try:
+            beacon = fetch_beacon(relay)
+            beacon_source = f"relay {relay}"
+        except RelayError as exc:
+            console.print(f"[yellow]{exc}; measuring with a local beacon[/yellow]")
+            beacon = local_beacon(key)
+    else:
+        beacon = local_beacon(key)
+    opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, instances=instances, scratch=scratch,
+                      gpu=not no_gpu, jitter=not no_jitter, beacon_source=beacon_source)
+    try:
+        with PhaseProgress() as progress:
+            result = measure(key, beacon, opts, progress.phase)
+    except CapsuleError as exc:
+        raise UserError(str(exc)) from None
+    write_json_atomic(out, result.profile)
+    console.print(results_table(result.profile))
+    console.print(f"signed NodeProfile written to {out}")
+    if relay:
+        try:
+            status = post_profile(relay, result.profile)
+            console.print(f"reported to {relay} ({status})")
+        except RelayError as exc:
+            waiting = save_to_outbox(result.profile)
+            raise UserError(f"{exc}\nthe profile is kept in {waiting}; `ce-bench run --relay URL` resends it") from None
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def verify(file: Path) -> None:
+    """Check a signed NodeProfile (or JobReceipt): schema, and the signature by its node_id."""
+    try:
+        data = json.loads(file.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read {file}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{file} is not JSON: {exc}") from None
+    kind = "JobReceipt" if isinstance(data, dict) and "job_id" in data else "NodeProfile"
+    try:
+        verify_record(kind, data)
+    except (ValidationError, SignatureError) as exc:
+        raise UserError(f"{file}: invalid {kind}: {exc}") from None
+    click.echo(f"{file}: valid {kind} signed by {data['node_id']}")
+
+
+@main.group()
+def keys() -> None:
+    """Show or rotate this node's Ed25519 key (its NodeId)."""
+
+
+@keys.command("show")
+def keys_show() -> None:
+    key = load_key()
+    click.echo(f"node_id {key.node_id}\nkey file {keys_mod.key_path()}")
+
+
+@keys.command("rotate")
+def keys_rotate() -> None:
+    key, backup = keys_mod.rotate()
+    click.echo(f"new node_id {key.node_id}\nkey file {keys_mod.key_path()}")
+    if backup:
+        click.echo(f"previous key kept at {backup}")
+
+
+@main.group()
+def job() -> None:
+    """Run the capsule the way the CE network dispatches it."""
+
+
+@job.command("run")
+@click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="directory for profile.json and receipt.json")
+@click.option("--capsule", "capsule_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CAPSULE,
+              show_default=True)
+def job_run(manifest: Path, out: Path, capsule_path: Path) -> None:
+    """Execute a job MANIFEST: capsule named by sha256, probes and limits; write a signed result + receipt."""
+    from host_runner.jobs import JobError, run_job
+
+    try:
+        result = run_job(manifest, capsule_path, load_key())
+    except JobError as exc:
+        raise UserError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    if result.profile is not None:
+        write_json_atomic(out / "profile.json", result.profile)
+    write_json_atomic(out / "receipt.json", result.receipt)
+    click.echo(f"job {result.receipt['job_id'][:16]}... {result.receipt['status']}; receipt in {out / 'receipt.json'}")
+    if result.receipt["status"] != "ok":
+        raise UserError(f"job failed: {result.receipt['error']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

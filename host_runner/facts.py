@@ -1,0 +1,60 @@
+"""Runtime facts of this machine: os, arch, cores/threads, memory and storage totals, containers."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import wasmtime
+
+
+@dataclass(frozen=True)
+class Facts:
+    os: str
+    arch: str
+    cores: int
+    threads: int
+    total_mb: int
+    available_mb: int
+    storage_total_gb: int | None
+    storage_free_gb: int | None
+    docker: bool
+    gvisor: bool
+    engine: str
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def in_docker() -> bool:
+    cgroup = _read("/proc/1/cgroup")
+    return Path("/.dockerenv").exists() or "docker" in cgroup or "containerd" in cgroup
+
+
+def in_gvisor() -> bool:
+    # gVisor's kernel identifies itself in dmesg-like /proc/version text; its runsc sets no other marker.
+    return "gvisor" in _read("/proc/version").lower() or "gVisor" in _read("/proc/self/mountinfo")
+
+
+def gather(storage_path: Path) -> Facts:
+    vm = psutil.virtual_memory()
+    threads = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+    cores = psutil.cpu_count(logical=False) or threads
+    try:
+        du = psutil.disk_usage(str(storage_path))
+        total_gb, free_gb = du.total // 10**9, du.free // 10**9
+    except OSError:
+        total_gb = free_gb = None
+    return Facts(
+        os=platform.system().lower(), arch=platform.machine(), cores=cores, threads=threads,
+        total_mb=vm.total // 2**20, available_mb=vm.available // 2**20,
+        storage_total_gb=total_gb, storage_free_gb=free_gb, docker=in_docker(), gvisor=in_gvisor(),
+        engine=f"wasmtime-py {wasmtime.__version__}" if hasattr(wasmtime, "__version__") else "wasmtime-py",
+    )

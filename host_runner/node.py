@@ -1,0 +1,106 @@
+"""One measurement of this server: plan from the beacon, whole-CPU phase, solo phase, GPUs, facts;
+assembled into a signed NodeProfile."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capsule import CAPSULE_VERSION
+from capsule.aggregate import aggregate
+from capsule.plan import CPU_PROBES, plan_from_beacon
+from capsule.profile import build_profile
+from capsule.signing import sign
+from host_runner import facts as facts_mod
+from host_runner.cpu import run_concurrent
+from host_runner.gpu import probe_all
+from host_runner.keys import NodeKey
+from host_runner.wasm import run_command
+
+REF_MODEL = "ce-ref-15m-f32"
+Progress = Callable[[str, float], None]  # (phase name, expected seconds) when a phase starts
+
+
+@dataclass
+class RunOptions:
+    capsule: Path
+    phase_budget_ms: int = 3000
+    instances: int | None = None       # default: one per physical core
+    scratch: Path | None = None        # default: a temporary directory under the current one
+    gpu: bool = True
+    jitter: bool = True
+    beacon_source: str = "local"
+
+
+@dataclass
+class RunResult:
+    profile: dict[str, Any]
+    gpu_notes: list[str]
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+def capsule_ref(path: Path) -> dict[str, str]:
+    return {"version": CAPSULE_VERSION, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Progress | None = None) -> RunResult:
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    step = progress or (lambda name, expected: None)
+    node_id = key.node_id
+    plan = plan_from_beacon(beacon["value"], node_id, CPU_PROBES)
+    if opts.jitter and plan.start_jitter_ms:
+        step(f"start jitter from the beacon ({plan.start_jitter_ms} ms)", plan.start_jitter_ms / 1000)
+        time.sleep(plan.start_jitter_ms / 1000)
+    scratch_parent = opts.scratch or Path.cwd()
+    info = facts_mod.gather(scratch_parent)
+    instances = opts.instances or info.cores
+    budget = str(opts.phase_budget_ms)
+    step(f"whole CPU: {instances} capsule instances ({', '.join(plan.order)})", opts.phase_budget_ms / 1000 * 1.4)
+    t = time.perf_counter()
+    conc = run_concurrent(opts.capsule, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
+                                         "--budget-ms", budget], instances)
+    timings["concurrent_s"] = time.perf_counter() - t
+    step("one core alone (sgemm, llm, disk)", opts.phase_budget_ms / 1000 * 1.4)
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ce-bench-scratch-", dir=scratch_parent) as scratch:
+        solo = run_command(opts.capsule, ["--probes", "sgemm,llm,disk", "--seed", plan.seed_hex,
+                                          "--budget-ms", budget], scratch=Path(scratch)).report()
+    timings["solo_s"] = time.perf_counter() - t
+    gpus, notes = [], []
+    gpu_evidence: list[dict[str, Any]] = []
+    if opts.gpu:
+        step("GPUs (WebGPU shaders through wgpu)", 3.0)
+        t = time.perf_counter()
+        results, notes = probe_all()
+        gpus = [g.profile_entry() for g in results]
+        gpu_evidence = [g.evidence for g in results]
+        timings["gpu_s"] = time.perf_counter() - t
+    else:
+        notes = ["GPU probes disabled (--no-gpu)"]
+    figures = aggregate(conc.reports, solo, conc.wall_overlap)
+    profile = build_profile(
+        node_id=node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(opts.capsule),
+        cores=info.cores, threads=info.threads,
+        memory={"total_mb": info.total_mb, "available_mb": info.available_mb},
+        storage_total_gb=info.storage_total_gb, storage_free_gb=info.storage_free_gb, figures=figures,
+        gpus=gpus,
+        runtime={"os": info.os, "arch": info.arch, "kind": "server", "docker": info.docker, "gvisor": info.gvisor,
+                 "wasm": True, "engine": f"wasmtime-py {importlib.metadata.version('wasmtime')}"},
+        ref_model=REF_MODEL,
+        evidence_extra={
+            "gpus": gpu_evidence, "gpu_notes": notes,
+            "plan": {"seed": plan.seed_hex, "order": list(plan.order), "start_jitter_ms": plan.start_jitter_ms,
+                     "beacon_source": opts.beacon_source,
+                     "method": "sha256('ce-bench/v1/seed' || beacon value || node_id) seeds inputs, order, jitter"},
+            "storage_totals": "psutil.disk_usage of the scratch directory's filesystem (GB = 1e9 B)",
+        },
+    )
+    timings["total_s"] = time.perf_counter() - t_start
+    return RunResult(sign("NodeProfile", profile, key), notes, timings)

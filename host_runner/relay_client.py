@@ -1,0 +1,115 @@
+"""Talking to a relay over HTTP (stdlib only): the current beacon, and posting profiles. Profiles that
+could not be delivered wait in an outbox on disk and are resent by the next `ce-bench run --relay`."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from capsule.signing import sign, verify_record
+from capsule.typed import ValidationError
+from host_runner.keys import NodeKey, config_dir
+
+TIMEOUT_S = 10.0
+
+
+class RelayError(Exception):
+    """The relay could not be reached or refused; the message is for the user."""
+
+    def __init__(self, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET",
+                                 headers={"content-type": "application/json", "accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RelayError(f"relay {url} unreachable: {reason}", retryable=True) from None
+
+
+def _problem(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return body[:200].decode(errors="replace")
+    if isinstance(data, dict):
+        parts = [str(data.get(k)) for k in ("code", "title", "detail") if data.get(k)]
+        return " - ".join(parts) or json.dumps(data)[:200]
+    return json.dumps(data)[:200]
+
+
+def fetch_beacon(relay: str) -> dict[str, Any]:
+    """GET /beacon, verified: the relay's signature by its NodeId."""
+    status, body = _request(relay.rstrip("/") + "/beacon")
+    if status != 200:
+        raise RelayError(f"relay {relay} answered {status} for /beacon: {_problem(body)}", retryable=status >= 500)
+    try:
+        beacon = json.loads(body)
+        verify_record("Beacon", beacon)
+    except (json.JSONDecodeError, ValidationError, ValueError) as exc:
+        raise RelayError(f"relay {relay} sent an invalid beacon: {exc}", retryable=False) from None
+    return dict(beacon)
+
+
+def local_beacon(key: NodeKey) -> dict[str, Any]:
+    """A beacon this node issues itself when no relay is given: round 0, fresh randomness. It proves
+    nothing about timing to others; the profile's evidence says it was local."""
+    return sign("Beacon", {"relay": key.node_id, "round": 0, "value": secrets.token_hex(32), "prev": "",
+                           "issued_at": int(time.time())}, key)
+
+
+def post_profile(relay: str, profile: dict[str, Any]) -> int:
+    """POST /v1/profiles; returns the 2xx status or raises RelayError (retryable for network/5xx)."""
+    status, body = _request(relay.rstrip("/") + "/v1/profiles", json.dumps(profile).encode())
+    if 200 <= status < 300:
+        return status
+    raise RelayError(f"relay {relay} refused the profile ({status}): {_problem(body)}", retryable=status >= 500)
+
+
+def outbox_dir() -> Path:
+    return config_dir() / "outbox"
+
+
+def save_to_outbox(profile: dict[str, Any]) -> Path:
+    box = outbox_dir()
+    box.mkdir(parents=True, exist_ok=True)
+    path = box / f"{profile['measured_at']}-{profile['node_id'][-8:]}.json"
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(profile, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def resend_outbox(relay: str) -> tuple[int, list[str]]:
+    """Resends every waiting profile; delivered (or permanently refused) ones leave the outbox."""
+    sent, problems = 0, []
+    for path in sorted(outbox_dir().glob("*.json")) if outbox_dir().exists() else []:
+        try:
+            profile = json.loads(path.read_text())
+            post_profile(relay, profile)
+            path.unlink()
+            sent += 1
+        except RelayError as exc:
+            problems.append(f"{path.name}: {exc}")
+            if exc.retryable:
+                break  # the relay is down: keep the rest for later
+            path.rename(path.with_suffix(".refused"))
+        except (OSError, json.JSONDecodeError) as exc:
+            problems.append(f"{path.name}: unreadable ({exc}); left in place")
+    return sent, problems
