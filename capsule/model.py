@@ -14,6 +14,7 @@ from capsule.typed import spec
 
 HEX64 = "[0-9a-f]{64}"
 HEX = "[0-9a-f]{2,256}"
+NODE_ID = "12D3KooW[1-9A-HJ-NP-Za-km-z]{44}"  # base58btc of 00 24 08 01 12 20 + 32-byte key
 B64URL_SIG = "[A-Za-z0-9_-]{86}"  # 64 bytes, unpadded base64url
 MAX_U32 = 2**32 - 1
 MAX_TIME = 2**40  # unix seconds; far beyond any real date, rejects absurd values
@@ -24,7 +25,7 @@ def _peer_id(value: str) -> None:
 
 
 def node_id_field(description: str) -> Any:
-    return spec(check=_peer_id, max_length=100, description=description)
+    return spec(check=_peer_id, pattern=NODE_ID, max_length=100, description=description)
 
 
 @dataclass(frozen=True)

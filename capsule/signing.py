@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeVar
 from capsule.canonical import b64url, b64url_decode, signing_message
 from capsule.model import RECORDS
 from capsule.peerid import peer_id_from_public_key, public_key_from_peer_id
-from capsule.typed import parse
+from capsule.typed import ValidationError, parse
 
 T = TypeVar("T")
 
@@ -79,12 +79,10 @@ def verify_record(kind: str, obj: Any, verify: Verify | None = None) -> Any:
     """Parses obj as a `kind` record (schema errors name the field) and checks its signature(s): a
     NodeProfile/JobReceipt by its node_id, a Beacon by its relay, a LinkSample by both a and b.
     Returns the typed record."""
-    record = parse(RECORDS[kind], obj)
+    record: Any = parse(RECORDS[kind], obj)
     check = verify or default_verify()
     if kind == "LinkSample":
         if obj["a"] == obj["b"]:
-            from capsule.typed import ValidationError
-
             raise ValidationError("$.b", "a link needs two different endpoints, got a == b")
         check_signature(kind, obj, "sig_a", obj["a"], check)
         check_signature(kind, obj, "sig_b", obj["b"], check)

@@ -51,6 +51,10 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
@@ -58,7 +62,8 @@ def _type_name(value: Any) -> str:
 
 def _check_scalar(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> None:
     lo, hi = meta.get("minimum"), meta.get("maximum")
-    bounds = "".join([f" >= {lo:g}" if lo is not None else "", f" <= {hi:g}" if hi is not None else ""])
+    bounds = (f" in [{_num(lo)}, {_num(hi)}]" if lo is not None and hi is not None
+              else f" >= {_num(lo)}" if lo is not None else f" <= {_num(hi)}" if hi is not None else "")
     if tp is bool:
         if not isinstance(value, bool):
             raise ValidationError(path, f"expected a boolean, got {_type_name(value)}")

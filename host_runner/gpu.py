@@ -94,10 +94,11 @@ def _matmul(device: Any, wgpu: Any, dtype: type[np.generic], limit_bytes: int, b
     repeats = max(1, min(20, int(0.05 / max(dt, 1e-4))))
     for _ in range(2):  # warm-up: software and real drivers alike ramp up over the first dispatches
         _run(device, pipeline, group, (n // 64, n // 64), repeats, bufs[2])
-    samples = []
+    samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < 3 or (time.perf_counter() < deadline and len(samples) < 15):
-        samples.append(2.0 * n**3 * repeats / _run(device, pipeline, group, (n // 64, n // 64), repeats, bufs[2]) / 1e12)
+        seconds = _run(device, pipeline, group, (n // 64, n // 64), repeats, bufs[2])
+        samples.append(2.0 * n**3 * repeats / seconds / 1e12)
     result.update(tflops=statistics.median(samples), samples=samples, dispatches_per_sample=repeats,
                   spread_pct=100 * (max(samples) - min(samples)) / statistics.median(samples))
     return result
@@ -122,7 +123,7 @@ def _bandwidth(device: Any, wgpu: Any, limit_bytes: int) -> dict[str, Any]:
 
 def _nvml_vram_mb(name: str) -> int | None:
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:
@@ -175,7 +176,7 @@ def _probe_adapter(adapter: Any, wgpu: Any, name: str, backend: str, kind: str, 
     device = adapter.request_device_sync(required_features=["shader-f16"] if has_f16 else [])
     limit = int(device.limits["max-storage-buffer-binding-size"])
     f32 = _matmul(device, wgpu, np.float32, limit, budget_s / 2)
-    f16 = _matmul(device, wgpu, np.float16, limit, budget_s / 2) if has_f16 else {
+    f16: dict[str, Any] = _matmul(device, wgpu, np.float16, limit, budget_s / 2) if has_f16 else {
         "tflops": None, "null_reason": "the adapter has no shader-f16 feature"}
     bw = _bandwidth(device, wgpu, limit)
     vram = _nvml_vram_mb(name)

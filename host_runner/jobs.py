@@ -107,7 +107,7 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
     if actual != manifest.capsule.sha256:
         raise JobError(f"capsule mismatch: the manifest names sha256 {manifest.capsule.sha256[:16]}..., "
                        f"{capsule_path} is {actual[:16]}...; refusing to run")
-    beacon = (
+    beacon: dict[str, Any] = (
         {"relay": manifest.beacon.relay, "round": manifest.beacon.round, "value": manifest.beacon.value}
         if manifest.beacon else local_beacon(key)
     )
@@ -122,7 +122,7 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
     try:
         scratch = Path.cwd()
         result = run_command(capsule_path, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
-                                            "--budget-ms", str(manifest.budget_ms)],
+                                            "--budget-ms", str(manifest.budget_ms), "--soft-budget"],
                              scratch=scratch if "disk" in manifest.probes else None, engine=engine,
                              limits=Limits(memory_bytes=limits.memory_mib << 20, fuel=limits.fuel,
                                            epoch_deadline=True))

@@ -65,15 +65,16 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     step(f"whole CPU: {instances} capsule instances ({', '.join(plan.order)})", opts.phase_budget_ms / 1000 * 1.4)
     t = time.perf_counter()
     conc = run_concurrent(opts.capsule, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
-                                         "--budget-ms", budget], instances)
+                                         "--budget-ms", budget, "--soft-budget"], instances)
     timings["concurrent_s"] = time.perf_counter() - t
     step("one core alone (sgemm, llm, disk)", opts.phase_budget_ms / 1000 * 1.4)
     t = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ce-bench-scratch-", dir=scratch_parent) as scratch:
         solo = run_command(opts.capsule, ["--probes", "sgemm,llm,disk", "--seed", plan.seed_hex,
-                                          "--budget-ms", budget], scratch=Path(scratch)).report()
+                                          "--budget-ms", budget, "--soft-budget"], scratch=Path(scratch)).report()
     timings["solo_s"] = time.perf_counter() - t
-    gpus, notes = [], []
+    gpus: list[dict[str, Any]] = []
+    notes: list[str] = []
     gpu_evidence: list[dict[str, Any]] = []
     if opts.gpu:
         step("GPUs (WebGPU shaders through wgpu)", 3.0)

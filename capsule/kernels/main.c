@@ -13,7 +13,7 @@
 
 #define CAPSULE_VERSION "1.0.0"
 #define USAGE "usage: capsule.wasm [--probes sgemm,stream,disk,llm] [--seed HEX] [--budget-ms N] " \
-              "[--sgemm-n N] [--stream-mib N] [--disk-mib N] [--scratch DIR]"
+              "[--soft-budget] [--sgemm-n N] [--stream-mib N] [--disk-mib N] [--scratch DIR]"
 
 typedef int (*probe_fn)(const ce_probe_config *, ce_json *);
 typedef struct {
@@ -34,7 +34,7 @@ typedef struct {
     int order[N_PROBES], count, disk_named;
     char seed_hex[129];
     long budget_ms, sgemm_n, stream_mib, disk_mib;
-    int budget_explicit;
+    int budget_explicit, soft_budget;
     const char *scratch;
 } options;
 
@@ -95,6 +95,10 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
             printf("%s\n", USAGE);
             exit(0);
+        }
+        if (strcmp(flag, "--soft-budget") == 0) { /* take the minimum samples even past the budget */
+            o->soft_budget = 1;
+            continue;
         }
         if (!value) return usage_error("%s needs a value%s", flag, "");
         ++i;
@@ -183,7 +187,7 @@ int main(int argc, char **argv) {
     g_budget_total_ms = (double)o.budget_ms;
 
     char error[512] = "";
-    ce_probe_config config = {.seed = seed64_of(o.seed_hex), .budget_explicit = o.budget_explicit,
+    ce_probe_config config = {.seed = seed64_of(o.seed_hex), .budget_explicit = o.budget_explicit && !o.soft_budget,
                               .sgemm_n = (int)o.sgemm_n, .stream_mib = (int)o.stream_mib,
                               .disk_mib = (int)o.disk_mib, .scratch = o.scratch, .scratch_required = o.disk_named,
                               .error = error, .error_size = sizeof error};

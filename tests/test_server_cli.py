@@ -1,0 +1,172 @@
+"""`ce-bench` end to end, as a server operator runs it: real wasmtime-py, real lavapipe WebGPU adapter,
+real files and sockets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capsule.signing import verify_record
+from tests.conftest import Artifacts
+from tests.standin_relay import StandinRelay
+
+CLI = str(Path(sys.executable).parent / "ce-bench")
+FAST = ["--no-jitter", "--no-gpu", "--budget-ms", "500"]
+
+
+def ce_bench(home: Path, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CE_BENCH_HOME=str(home), COLUMNS="160")
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "ce-bench: error: " in result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_run_end_to_end_with_gpu(tmp_path: Path, artifacts: Artifacts) -> None:
+    """The issue's Done-when: `ce-bench run --out profile.json && ce-bench verify profile.json`, GPU included."""
+    home = tmp_path / "home"
+    out = tmp_path / "profile.json"
+    result = ce_bench(home, "run", "--out", str(out), "--no-jitter", "--budget-ms", "1500", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    verified = ce_bench(home, "verify", str(out))
+    assert verified.returncode == 0 and "valid NodeProfile" in verified.stdout
+    profile: dict[str, Any] = json.loads(out.read_text())
+    verify_record("NodeProfile", profile)
+    cpu, ev = profile["cpu"], profile["evidence"]
+    assert cpu["gflops_fp32"] > 0 and cpu["mem_bw_gbps"] > 0
+    assert ev["cpu"]["instances"] == cpu["cores"] == len(ev["cpu"]["gflops_fp32"]["per_instance"])
+    assert ev["cpu"]["gflops_fp32"]["single_core"] > 0
+    assert profile["llm"]["tokens_per_sec"] > 0 and profile["llm"]["ref_model"] == "ce-ref-15m-f32"
+    assert profile["storage"]["write_mbps"] > 0 and profile["storage"]["read_mbps"] > 0
+    assert profile["capsule"]["sha256"] == hashlib.sha256(artifacts.capsule.read_bytes()).hexdigest()
+    assert profile["runtime"]["kind"] == "server" and profile["runtime"]["wasm"] is True
+    assert ev["plan"]["beacon_source"] == "local"
+    # GPU: lavapipe (installed by scripts/setup) through wgpu, each product checked against numpy
+    assert profile["gpus"], f"no GPU measured: {ev['gpu_notes']}"
+    gpu, gev = profile["gpus"][0], ev["gpus"][0]
+    assert gpu["fp32_tflops"] > 0 and gev["fp32_matmul"]["verified"] is True
+    assert gev["fp32_matmul"]["max_rel_error"] < 1e-4
+    assert gev["fp16_matmul"]["verified"] is True and gpu["fp16_tflops"] > 0  # lavapipe has shader-f16
+    assert gev["copy_bandwidth"]["verified"] is True
+    assert gpu["vram_mb"] is None and "no dedicated VRAM" in gev["vram_null_reason"]
+    # the key lives 0600 under the config dir; no scratch file is left behind
+    assert stat.S_IMODE((home / "node.key").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "profile.json"]
+    for words in ("CPU fp32", "GFLOP/s", "tokens/s", "signed NodeProfile written"):
+        assert words in result.stderr
+
+
+def test_same_node_id_across_runs_and_rotate(tmp_path: Path) -> None:
+    first = ce_bench(tmp_path, "keys", "show").stdout.split()[1]
+    assert first == ce_bench(tmp_path, "keys", "show").stdout.split()[1]
+    rotated = ce_bench(tmp_path, "keys", "rotate")
+    new = rotated.stdout.split()[2]
+    assert new != first and new.startswith("12D3KooW") and "previous key kept at" in rotated.stdout
+
+
+def test_relay_beacon_and_report(tmp_path: Path) -> None:
+    with StandinRelay() as relay:
+        result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", relay.url, *FAST,
+                          cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert len(relay.received) == 1
+        profile = relay.received[0]
+        assert profile["beacon"] == {k: relay.beacon[k] for k in ("relay", "round", "value")}
+        assert profile["evidence"]["plan"]["beacon_source"] == f"relay {relay.url}"
+        assert profile["gpus"] == [] and "disabled" in profile["evidence"]["gpu_notes"][0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_relay_keeps_the_profile_and_resends(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", dead, *FAST, cwd=tmp_path)
+    assert_user_error(result, "unreachable", "the profile is kept in", "resends it")
+    waiting = list((tmp_path / "outbox").glob("*.json"))
+    assert len(waiting) == 1
+    kept = json.loads(waiting[0].read_text())
+    assert kept == json.loads((tmp_path / "p.json").read_text())
+    with StandinRelay() as relay:
+        again = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p2.json"), "--relay", relay.url, *FAST,
+                         cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert "resent 1 waiting profile" in again.stderr
+        assert [p["measured_at"] for p in relay.received][0] == kept["measured_at"]
+        assert len(relay.received) == 2
+    assert not list((tmp_path / "outbox").glob("*.json"))
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("refuse", "refused the profile (422): stale_beacon - beacon round too old - round 0 is not a round"),
+    ("down", "refused the profile (503): unavailable - relay overloaded"),
+])
+def test_relay_refusal_is_shown_and_nothing_lost(tmp_path: Path, mode: str, message: str) -> None:
+    with StandinRelay() as relay:
+        relay.mode = mode
+        result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", relay.url, *FAST,
+                          cwd=tmp_path)
+    assert_user_error(result, message)
+    assert len(list((tmp_path / "outbox").glob("*.json"))) == 1
+
+
+def test_verify_refuses_tampered_and_bad_files(tmp_path: Path) -> None:
+    from tests.samples import sample_profile
+
+    _, profile = sample_profile()
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(profile))
+    assert ce_bench(tmp_path, "verify", str(good)).returncode == 0
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps({**profile, "cpu": {**profile["cpu"], "gflops_fp32": 9999.0}}))
+    assert_user_error(ce_bench(tmp_path, "verify", str(tampered)), "invalid NodeProfile: $.sig: signature does not")
+    bad_field = tmp_path / "bad.json"
+    bad_field.write_text(json.dumps({**profile, "cpu": {**profile["cpu"], "cores": "two"}}))
+    assert_user_error(ce_bench(tmp_path, "verify", str(bad_field)), "$.cpu.cores: expected an integer")
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    assert_user_error(ce_bench(tmp_path, "verify", str(junk)), "is not JSON")
+    assert_user_error(ce_bench(tmp_path, "verify", str(tmp_path / "missing.json")), "cannot read")
+
+
+def test_corrupt_or_exposed_key_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "node.key").write_text("garbage")
+    os.chmod(tmp_path / "node.key", 0o600)
+    assert_user_error(ce_bench(tmp_path, "keys", "show"), "is corrupt (not JSON)", "ce-bench keys rotate")
+    (tmp_path / "node.key").write_text(json.dumps({"v": 1, "type": "ed25519", "seed": "AAAA"}))
+    assert_user_error(ce_bench(tmp_path, "keys", "show"), "'seed' must be 32 bytes")
+    ce_bench(tmp_path, "keys", "rotate")
+    os.chmod(tmp_path / "node.key", 0o644)
+    assert_user_error(ce_bench(tmp_path, "keys", "show"), "readable by others (mode 644)", "chmod 600")
+
+
+def test_tampered_or_unloadable_capsule_is_refused(tmp_path: Path, artifacts: Artifacts) -> None:
+    wasm = bytearray(artifacts.capsule.read_bytes())
+    wasm[len(wasm) // 2] ^= 0xFF
+    (tmp_path / "capsule.wasm").write_bytes(wasm)
+    (tmp_path / "capsule.sha256").write_text((artifacts.capsule.parent / "capsule.sha256").read_text())
+    result = ce_bench(tmp_path, "run", "--capsule", str(tmp_path / "capsule.wasm"), *FAST, cwd=tmp_path)
+    assert_user_error(result, "tampered or stale", "python build.py --force")
+    (tmp_path / "capsule.sha256").unlink()
+    (tmp_path / "capsule.wasm").write_bytes(b"\0asm\x01\0\0\0garbage")
+    result = ce_bench(tmp_path, "run", "--capsule", str(tmp_path / "capsule.wasm"), *FAST, cwd=tmp_path)
+    assert_user_error(result, "cannot load")
+    result = ce_bench(tmp_path, "run", "--capsule", str(tmp_path / "nothere.wasm"), *FAST, cwd=tmp_path)
+    assert_user_error(result, "cannot read the capsule", "python build.py")
