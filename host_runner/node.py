@@ -101,6 +101,13 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
                      "beacon_source": opts.beacon_source,
                      "method": "sha256('ce-bench/v1/seed' || beacon value || node_id) seeds inputs, order, jitter"},
             "storage_totals": "psutil.disk_usage of the scratch directory's filesystem (GB = 1e9 B)",
+            "timing": {
+                "concurrent_phase_s": round(timings["concurrent_s"], 3),
+                "concurrent_capsule_wall_s": round(max(r.get("wall_ms", 0) for r in conc.reports) / 1000, 3),
+                "solo_phase_s": round(timings["solo_s"], 3),
+                "solo_capsule_wall_s": round(solo.get("wall_ms", 0) / 1000, 3),
+                "gpu_s": round(timings.get("gpu_s", 0.0), 3),
+            },
         },
     )
     timings["total_s"] = time.perf_counter() - t_start
