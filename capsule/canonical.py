@@ -8,7 +8,9 @@ a signature over a Beacon can never pass as one over a NodeProfile).
 from __future__ import annotations
 
 import base64
+import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,22 +23,100 @@ SIGNATURE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_finite(value: Any, path: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{path}: NaN and infinity have no canonical JSON form")
-    if isinstance(value, Mapping):
+_SAFE_INT = 2**53 - 1  # RFC 8785 (I-JSON): integers must be exact IEEE doubles
+
+
+class _NeedsSlowPath(Exception):
+    pass
+
+
+def es6_number(value: float) -> str:
+    """ECMAScript Number::toString of a finite float, as RFC 8785 requires. Python's repr gives the same
+    shortest round-trip digits; only where the decimal point and exponent go differs."""
+    if value == 0:
+        return "0"
+    text = repr(abs(value))
+    mantissa, _, exp_text = text.partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    digits = (int_part + frac_part).lstrip("0")
+    # value = 0.d1d2...dk x 10^n  (ES6's n)
+    n = len(int_part.lstrip("0")) + (int(exp_text) if exp_text else 0)
+    if int_part.strip("0") == "":  # 0.000ddd
+        n = -(len(frac_part) - len(frac_part.lstrip("0"))) + (int(exp_text) if exp_text else 0)
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e > 0 else "-") + str(abs(e))
+    return ("-" if value < 0 else "") + out
+
+
+def _normalise(value: Any, path: str, odd: list[str]) -> Any:
+    """A copy that json.dumps writes as exactly RFC 8785's text: integral floats become ints (ES6 prints
+    100.0 as 100); floats whose Python and ES6 forms differ become placeholders, formatted into `odd`.
+    Raises _NeedsSlowPath for what the fast path does not cover, ValueError for NaN/infinity.
+    Dispatches on the exact type: this runs for every value of every profile a relay ingests."""
+    t = type(value)
+    if t is str:
+        if "\0" in value:  # would collide with the placeholders
+            raise _NeedsSlowPath
+        return value
+    if t is float:
+        if 1e-4 <= abs(value) < 1e16:
+            return int(value) if value.is_integer() else value
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: NaN and infinity have no canonical JSON form")
+        if value == 0:
+            return 0
+        odd.append(es6_number(value))
+        return f"\0{len(odd) - 1}\0"
+    if t is dict:
+        out = {}
         for k, v in value.items():
-            _check_finite(v, f"{path}.{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            _check_finite(v, f"{path}[{i}]")
+            if type(k) is not str or "\0" in k or (not k.isascii() and any(ord(c) > 0xFFFF for c in k)):
+                raise _NeedsSlowPath  # JCS sorts keys by UTF-16 code units, Python by code points
+            out[k] = _normalise(v, path, odd)
+        return out
+    if t is list or t is tuple:
+        return [_normalise(v, path, odd) for v in value]
+    if t is int:
+        if abs(value) > _SAFE_INT:
+            raise _NeedsSlowPath
+        return value
+    if t is bool or value is None:
+        return value
+    if isinstance(value, Mapping | list | tuple | int | float | str):  # subclasses: take the exact path
+        raise _NeedsSlowPath
+    raise ValueError(f"{path}: {type(value).__name__} is not a JSON value")
+
+
+_PLACEHOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')
 
 
 def canonical_bytes(obj: Mapping[str, Any], without: Iterable[str] = ()) -> bytes:
+    """RFC 8785 bytes of obj minus the `without` fields. The common case goes through the C json encoder
+    (sorted keys, no whitespace: JCS's text once numbers are in ES6 form), several times faster than the
+    pure-Python rfc8785 package, which handles the rest. Tests check both agree on random documents."""
     skip = set(without)
     body = {k: v for k, v in obj.items() if k not in skip}
-    _check_finite(body, "$")
-    return bytes(rfc8785.dumps(body))
+    odd: list[str] = []
+    try:
+        normal = _normalise(body, "$", odd)
+    except _NeedsSlowPath:
+        try:
+            return bytes(rfc8785.dumps(body))
+        except (rfc8785.IntegerDomainError, rfc8785.FloatDomainError) as exc:
+            raise ValueError(f"no canonical JSON form: {exc}") from None
+    text = json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if odd:
+        text = _PLACEHOLDER.sub(lambda m: odd[int(m.group(1))], text)
+    return text.encode()
 
 
 def signing_message(kind: str, obj: Mapping[str, Any]) -> bytes:

@@ -9,6 +9,7 @@ gets verified. Errors name the field path and say what was expected and what arr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -119,15 +120,20 @@ def _parse_value(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> Any
     return value
 
 
+@functools.cache
+def _fields_of(cls: type) -> tuple[dict[str, dataclasses.Field[Any]], dict[str, Any]]:
+    """Fields and resolved type hints of a record, computed once (get_type_hints is slow)."""
+    return {f.name: f for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
+
+
 def parse(cls: type[T], data: Any, path: str = "$") -> T:
     """Builds `cls` from JSON data, or raises ValidationError naming the first problem."""
     if not isinstance(data, dict):
         raise ValidationError(path, f"expected an object, got {_type_name(data)}")
-    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
+    fields, hints = _fields_of(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ValidationError(f"{path}.{unknown[0]}", f"unknown field (expected only: {', '.join(fields)})")
-    hints = typing.get_type_hints(cls)
     values = {}
     for name, f in fields.items():
         if name not in data:
