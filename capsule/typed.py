@@ -130,7 +130,7 @@ def parse(cls: type[T], data: Any, path: str = "$") -> T:
     """Builds `cls` from JSON data, or raises ValidationError naming the first problem."""
     if not isinstance(data, dict):
         raise ValidationError(path, f"expected an object, got {_type_name(data)}")
-    fields, hints = _fields_of(cls)
+    fields, hints = _fields_of(typing.cast(type, cls))
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ValidationError(f"{path}.{unknown[0]}", f"unknown field (expected only: {', '.join(fields)})")

@@ -37,7 +37,8 @@ def test_non_finite_numbers_are_refused(bad: float) -> None:
 
 
 def test_signature_fields_are_left_out() -> None:
-    assert canonical_bytes({"b": 1.0, "a": [1e-7, "\u00e9"], "sig": "x"}, ["sig"]) == '{"a":[1e-7,"\u00e9"],"b":1}'.encode()
+    expected = '{"a":[1e-7,"\u00e9"],"b":1}'.encode()
+    assert canonical_bytes({"b": 1.0, "a": [1e-7, "\u00e9"], "sig": "x"}, ["sig"]) == expected
 
 
 def test_integers_beyond_double_precision_are_refused() -> None:
