@@ -146,5 +146,17 @@ class JobReceipt:
     sig: str = spec(pattern=B64URL_SIG)
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    """A node's sign of life on a relay's live session (WS /v1/live); bound to the session the relay
+    opened, so it cannot be replayed on another connection."""
+
+    node_id: str = node_id_field("the node that is alive")
+    session: str = spec(pattern="[0-9a-f]{32}", description="the session id from the relay's welcome")
+    seq: int = spec(minimum=0, maximum=2**53 - 1, description="increases with every heartbeat of a session")
+    sent_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    sig: str = spec(pattern=B64URL_SIG)
+
+
 RECORDS: dict[str, type] = {"NodeProfile": NodeProfile, "LinkSample": LinkSample, "Beacon": Beacon,
-                            "JobReceipt": JobReceipt}
+                            "JobReceipt": JobReceipt, "Heartbeat": Heartbeat}

@@ -191,5 +191,112 @@ def job_run(manifest: Path, out: Path, capsule_path: Path) -> None:
         raise UserError(f"job failed: {result.receipt['error']}")
 
 
+def relay_config(host: str, port: int, data_dir: Path, nats: str | None, **overrides: Any) -> Any:
+    from web.config import RelayConfig
+
+    return RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats,
+                       **{k: v for k, v in overrides.items() if v is not None})
+
+
+def relay_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on"),
+        click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True),
+        click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("ce-relay-data"),
+                     show_default=True, help="SQLite store and the relay key"),
+        click.option("--nats", metavar="URL", help="NATS JetStream server shared by a relay cluster"),
+        click.option("--ip-rate", type=click.FloatRange(0.1), help="requests per second per client IP [50]"),
+        click.option("--node-rate", type=click.FloatRange(0.1), help="profiles per minute per node [6]"),
+        click.option("--heartbeat-interval", type=click.FloatRange(0.1), help="seconds between heartbeats [10]"),
+        click.option("--beacon-interval", type=click.FloatRange(0.1), help="seconds between beacon rounds [10]"),
+        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+                     show_default=True),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _config_from(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None,
+                 node_rate: float | None, heartbeat_interval: float | None, beacon_interval: float | None) -> Any:
+    return relay_config(host, port, data_dir, nats, ip_rate_per_s=ip_rate, node_rate_per_min=node_rate,
+                        heartbeat_interval_s=heartbeat_interval, beacon_interval_s=beacon_interval)
+
+
+def serve(config: Any, log_level: str) -> None:
+    import uvicorn
+
+    from web import logs
+    from web.app import create_app
+
+    logs.configure(log_level)
+    try:
+        uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
+                    access_log=False)
+    except OSError as exc:
+        raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None
+
+
+@main.command("relay")
+@relay_options
+def relay_cmd(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None, node_rate: float | None,
+              heartbeat_interval: float | None, beacon_interval: float | None, log_level: str) -> None:
+    """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
+    config = _config_from(host, port, data_dir, nats, ip_rate, node_rate, heartbeat_interval, beacon_interval)
+    click.echo(f"ce-bench relay on http://{host}:{port} (data in {data_dir})", err=True)
+    serve(config, log_level)
+
+
+@main.command("up")
+@relay_options
+@click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True)
+@click.option("--no-gpu", is_flag=True)
+def up(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None, node_rate: float | None,
+       heartbeat_interval: float | None, beacon_interval: float | None, log_level: str, budget_ms: int,
+       no_gpu: bool) -> None:
+    """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
+    import threading
+    import time
+    import urllib.request
+
+    from host_runner.live_client import LiveSession
+    from host_runner.node import RunOptions, measure
+
+    config = _config_from(host, port, data_dir, nats, ip_rate, node_rate, heartbeat_interval, beacon_interval)
+    capsule = checked_capsule(DEFAULT_CAPSULE)
+    key = load_key()
+    server = threading.Thread(target=serve, args=(config, log_level), daemon=True)
+    server.start()
+    local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(local + "/beacon", timeout=2).read()
+            break
+        except OSError:
+            if not server.is_alive() or time.monotonic() > deadline:
+                raise UserError(f"the relay did not start on {host}:{port}") from None
+            time.sleep(0.2)
+    beacon = fetch_beacon(local)
+    with PhaseProgress() as progress:
+        result = measure(key, beacon, RunOptions(capsule=capsule, phase_budget_ms=budget_ms, gpu=not no_gpu,
+                                                 beacon_source=f"relay {local}"), progress.phase)
+    console.print(results_table(result.profile))
+    try:
+        post_profile(local, result.profile)
+    except RelayError as exc:
+        raise UserError(str(exc)) from None
+    session = LiveSession(local, key).start()
+    click.echo(f"this machine is node {key.node_id}")
+    click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
+    sys.stdout.flush()
+    try:
+        while server.is_alive():
+            server.join(timeout=1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        session.stop()
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,63 @@
+"""A node's live session with its relay (WS /v1/live, protocol in web/live.py): signed heartbeats at
+the interval the relay asks for, answers to RTT pings. Runs in a background thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect
+
+from capsule.signing import Signer, node_id, sign
+
+
+class LiveSession:
+    def __init__(self, relay_url: str, signer: Signer) -> None:
+        self.url = relay_url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/") + "/v1/live"
+        self.signer = signer
+        self.acks = 0
+        self.errors: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-session", daemon=True)
+
+    def start(self) -> LiveSession:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._session()
+            except (OSError, WebSocketException) as exc:
+                self.errors.append({"type": "error", "code": "connection", "detail": str(exc)})
+            self._stop.wait(2.0)  # reconnect after a pause
+
+    def _session(self) -> None:
+        with connect(self.url, open_timeout=10) as ws:
+            welcome = json.loads(ws.recv(timeout=10))
+            interval = float(welcome["heartbeat_interval_s"])
+            seq, next_beat = 0, 0.0
+            while not self._stop.is_set():
+                if time.monotonic() >= next_beat:
+                    beat = sign("Heartbeat", {"node_id": node_id(self.signer), "session": welcome["session"],
+                                              "seq": seq, "sent_at": int(time.time())}, self.signer)
+                    ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
+                    seq += 1
+                    next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
+                try:
+                    message = json.loads(ws.recv(timeout=0.5))
+                except TimeoutError:
+                    continue
+                if message.get("type") == "ping":
+                    ws.send(json.dumps({"type": "pong", "id": message["id"]}))
+                elif message.get("type") == "ack":
+                    self.acks += 1
+                elif message.get("type") == "error":
+                    self.errors.append(message)

@@ -1,0 +1,205 @@
+"""The relay's HTTP and WebSocket API (ARCHITECTURE.md, "The relay — API v1"): a thin Starlette adapter
+over web.relay.Relay. Every refusal is an RFC 9457 problem; nothing a client sends produces a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from capsule.peerid import PeerIdError, public_key_from_peer_id
+from web.config import RelayConfig
+from web.live import LiveError, Session, parse_message
+from web.openapi import document
+from web.problems import Problem
+from web.relay import Relay
+
+log = logging.getLogger("ce.relay")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing past `limit` bytes without reading the rest."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "body_too_large", "the body is too large", f"{declared} bytes; at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "body_too_large", "the body is too large", f"more than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(config: RelayConfig) -> Starlette:
+    relay = Relay(config)
+
+    def client_ip(request: Request) -> str:
+        return request.client.host if request.client else "unknown"
+
+    async def post_profile(request: Request) -> Response:
+        relay.check_ip(client_ip(request))
+        body = await read_body(request, config.max_body_bytes)
+        status, result = await relay.post_profile(body)
+        return JSONResponse(result, status_code=status)
+
+    def node_id_param(text: str) -> str:
+        try:
+            public_key_from_peer_id(text)
+        except PeerIdError as exc:
+            raise Problem(400, "invalid_node_id", "not a NodeId", str(exc), "node_id") from None
+        return text
+
+    async def get_node(request: Request) -> Response:
+        node_id = node_id_param(request.path_params["node_id"])
+        status = relay.atlas.status(node_id)
+        body = relay.store.profile(node_id)
+        if status is None or body is None:
+            raise Problem(404, "unknown_node", "no profile of this node is known here", node_id)
+        return JSONResponse({"profile": json.loads(body), "status": status})
+
+    async def atlas(request: Request) -> Response:
+        try:
+            limit = int(request.query_params.get("limit", config.atlas_page_default))
+        except ValueError:
+            raise Problem(400, "invalid_parameter", "limit must be an integer",
+                          request.query_params.get("limit", ""), "limit") from None
+        if not 1 <= limit <= config.atlas_page_max:
+            raise Problem(400, "invalid_parameter", f"limit must be in [1, {config.atlas_page_max}]", str(limit),
+                          "limit")
+        cursor = request.query_params.get("cursor", "")
+        if len(cursor) > 100:
+            raise Problem(400, "invalid_parameter", "cursor is a NodeId", "too long", "cursor")
+        page_key = hashlib.sha256(f"{cursor}/{limit}".encode()).hexdigest()[:12]
+        tag = f'W/"{relay.epoch}-{relay.atlas.version}-{page_key}"'
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers={"etag": tag})
+        ids, next_cursor = relay.atlas.page(cursor, limit)
+        bodies = relay.store.profiles(ids)
+        nodes = [json.loads(bodies[i]) for i in ids if i in bodies]
+        return JSONResponse({"nodes": nodes, "next_cursor": next_cursor, "live_nodes": len(relay.atlas.live_sorted)},
+                            headers={"etag": tag})
+
+    async def fabric_stats(request: Request) -> Response:
+        return JSONResponse(relay.atlas.local_stats.snapshot())
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(relay.atlas.global_stats.snapshot())
+
+    async def beacon(request: Request) -> Response:
+        return JSONResponse(relay.beacons.latest)
+
+    async def metrics(request: Request) -> Response:
+        gauges = {"ce_relay_live_nodes": len(relay.atlas.live_sorted), "ce_relay_atlas_nodes": len(relay.atlas.nodes),
+                  "ce_relay_ws_sessions": relay.metrics.ws_sessions,
+                  "ce_relay_beacon_round": (relay.beacons.latest or {}).get("round", -1)}
+        return PlainTextResponse(relay.metrics.render(gauges), media_type="text/plain; version=0.0.4")
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(document())
+
+    async def index(request: Request) -> Response:
+        s = relay.atlas.global_stats.snapshot()
+        return HTMLResponse(
+            "<!doctype html><meta charset=utf-8><title>ce-bench relay</title>"
+            f"<h1>ce-bench relay</h1><p>relay <code>{relay.relay_id}</code></p>"
+            f"<p>{s['nodes']} live nodes, {s['cpu_cores']} cores, {s['cpu_gflops']:.1f} GFLOP/s, "
+            f"{s['tokens_per_sec']:.1f} tokens/s.</p>"
+            "<p>Servers join with <code>ce-bench run --relay URL</code>. API: <a href=/openapi.json>/openapi.json</a>, "
+            "<a href=/atlas>/atlas</a>, <a href=/stats>/stats</a>, <a href=/beacon>/beacon</a>.</p>")
+
+    async def live(ws: WebSocket) -> None:
+        await ws.accept()
+        session = Session(relay.new_session_id())
+        relay.metrics.ws_sessions += 1
+        await ws.send_json({"type": "welcome", "relay": relay.relay_id, "session": session.session,
+                            "heartbeat_interval_s": config.heartbeat_interval_s})
+        pings: dict[int, float] = {}
+
+        async def pinger() -> None:
+            n = 0
+            while True:
+                await asyncio.sleep(config.heartbeat_interval_s)
+                n += 1
+                pings[n] = time.perf_counter()
+                for old in [k for k in pings if k < n - 10]:
+                    del pings[old]
+                await ws.send_json({"type": "ping", "id": n})
+
+        ping_task = asyncio.create_task(pinger())
+        try:
+            while True:
+                text = await ws.receive_text()
+                try:
+                    message = parse_message(text)
+                    if message["type"] == "heartbeat":
+                        node_id = session.heartbeat(message.get("heartbeat"))
+                        if not relay.atlas.heartbeat(node_id, time.time(), session.rtt_ms):
+                            raise LiveError("unknown_node", "post a profile (POST /v1/profiles) before heartbeats")
+                        relay.metrics.heartbeats += 1
+                        if relay.cluster is not None:
+                            relay.cluster.publish_heartbeat(node_id)
+                        await ws.send_json({"type": "ack", "seq": session.last_seq})
+                    elif message["type"] == "pong":
+                        ping_id = message.get("id")
+                        sent = pings.pop(ping_id, None) if isinstance(ping_id, int) else None
+                        if sent is None:
+                            raise LiveError("unknown_ping", "pong for no outstanding ping")
+                        rtt = session.pong((time.perf_counter() - sent) * 1000)
+                        if session.node_id:
+                            relay.atlas.heartbeat(session.node_id, time.time(), rtt)
+                    else:
+                        raise LiveError("unknown_type", f"unknown message type {message['type'][:40]!r}")
+                except LiveError as exc:
+                    session.errors += 1
+                    await ws.send_json(exc.message())
+                    if session.errors >= 5:
+                        await ws.close(code=1008, reason="too many invalid messages")
+                        return
+        except WebSocketDisconnect:
+            pass
+        finally:
+            ping_task.cancel()
+            relay.metrics.ws_sessions -= 1
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Problem)
+        return exc.response()
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return Problem(500, "internal_error", "the relay failed on this request").response()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await relay.start()
+        try:
+            yield
+        finally:
+            await relay.stop()
+
+    app = Starlette(
+        routes=[Route("/v1/profiles", post_profile, methods=["POST"]), Route("/v1/nodes/{node_id}", get_node),
+                Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
+                Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
+                Route("/", index), WebSocketRoute("/v1/live", live)],
+        exception_handlers={Problem: on_problem, Exception: on_error},
+        lifespan=lifespan,
+    )
+    app.state.relay = relay
+    return app
+
+
+def app_from_env() -> Any:  # pragma: no cover - for `uvicorn --factory web.app:app_from_env`
+    return create_app(RelayConfig())

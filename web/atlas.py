@@ -1,0 +1,99 @@
+"""The relay's in-memory view of the atlas: the latest profile summary per node, who is live, and the
+FabricStats of live nodes (this relay's own and the whole atlas). Pure: no I/O, time passed in."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+from web.config import RelayConfig
+from web.liveness import Liveness
+from web.stats import Contribution, FabricStats
+
+
+@dataclass
+class NodeEntry:
+    measured_at: int
+    sig: str
+    origin: str               # the relay that accepted the profile first
+    contribution: Contribution
+    rtt_ms: float | None = None
+
+
+class Atlas:
+    def __init__(self, config: RelayConfig, relay_id: str) -> None:
+        self.relay_id = relay_id
+        self.nodes: dict[str, NodeEntry] = {}
+        self.liveness = Liveness(config.offline_after_s)
+        self.global_stats = FabricStats(config.perf_reference, config.perf_weights)
+        self.local_stats = FabricStats(config.perf_reference, config.perf_weights)
+        self.live_sorted: list[str] = []  # live node ids in order, for /atlas paging
+        self.version = 0                  # bumps on every change a client of /atlas could see
+
+    def _go_live(self, node_id: str) -> None:
+        entry = self.nodes[node_id]
+        self.global_stats.set_live(node_id, entry.contribution)
+        if entry.origin == self.relay_id:
+            self.local_stats.set_live(node_id, entry.contribution)
+        else:
+            self.local_stats.set_offline(node_id)
+        i = bisect.bisect_left(self.live_sorted, node_id)
+        if i == len(self.live_sorted) or self.live_sorted[i] != node_id:
+            self.live_sorted.insert(i, node_id)
+
+    def _go_offline(self, node_id: str) -> None:
+        self.global_stats.set_offline(node_id)
+        self.local_stats.set_offline(node_id)
+        i = bisect.bisect_left(self.live_sorted, node_id)
+        if i < len(self.live_sorted) and self.live_sorted[i] == node_id:
+            del self.live_sorted[i]
+
+    def put(self, profile: dict[str, Any], origin: str, now: float, live: bool = True) -> bool:
+        """Records a verified profile (newer than any before it); True if the node is new to the atlas.
+        `live` is False for profiles loaded at start-up: a node is live only once heard from again."""
+        node_id = profile["node_id"]
+        is_new = node_id not in self.nodes
+        self.nodes[node_id] = NodeEntry(profile["measured_at"], profile["sig"], origin, Contribution.of(profile),
+                                        None if is_new else self.nodes[node_id].rtt_ms)
+        if live:
+            self.liveness.touch(node_id, now)
+            self._go_live(node_id)
+        elif self.liveness.is_live(node_id):
+            self._go_live(node_id)
+        self.version += 1
+        return is_new
+
+    def heartbeat(self, node_id: str, now: float, rtt_ms: float | None = None) -> bool:
+        """A sign of life from a known node; False if the node has no profile here."""
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return False
+        if rtt_ms is not None:
+            entry.rtt_ms = rtt_ms
+        if self.liveness.touch(node_id, now):
+            self._go_live(node_id)
+            self.version += 1
+        return True
+
+    def sweep(self, now: float) -> list[str]:
+        gone = self.liveness.sweep(now)
+        for node_id in gone:
+            self._go_offline(node_id)
+        if gone:
+            self.version += 1
+        return gone
+
+    def status(self, node_id: str) -> dict[str, Any] | None:
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return None
+        return {"online": self.liveness.is_live(node_id), "last_seen": self.liveness.last_seen(node_id),
+                "rtt_ms": entry.rtt_ms, "origin": entry.origin, "coordinate": None}
+
+    def page(self, cursor: str, limit: int) -> tuple[list[str], str | None]:
+        """Live node ids after `cursor`, and the cursor of the next page (None at the end)."""
+        i = bisect.bisect_right(self.live_sorted, cursor) if cursor else 0
+        ids = self.live_sorted[i:i + limit]
+        more = i + limit < len(self.live_sorted)
+        return ids, (ids[-1] if more and ids else None)

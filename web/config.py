@@ -1,0 +1,56 @@
+"""Every relay default in one place, with its unit and why (Serf's coordinate/config.go is the model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("ce-relay-data")
+    # NATS server URL for a relay cluster (None: this relay stands alone on its SQLite store).
+    nats_url: str | None = None
+    nats_bucket: str = "ce-atlas"
+
+    # Ingest. A NodeProfile with full evidence is ~6 KiB; 64 KiB leaves room for many GPUs.
+    max_body_bytes: int = 64 * 1024
+    # A profile's measured_at may be this far ahead of the relay's clock (NTP-less phones drift).
+    clock_skew_s: float = 60.0
+    # A profile must cite a beacon round issued at most this long before it arrives: a full run with
+    # start jitter takes ~15 s; 15 min covers slow phones and a retry from the outbox soon after.
+    beacon_window_s: float = 900.0
+
+    # Beacon: a new chained, signed round this often; rounds kept for this many intervals (1 day).
+    beacon_interval_s: float = 10.0
+    beacon_keep_rounds: int = 8640
+
+    # Liveness (seed 003's heartbeat): a node is offline after missing this many heartbeat intervals.
+    heartbeat_interval_s: float = 10.0
+    offline_after_missed: int = 3
+    # How often the relay looks for nodes that went silent.
+    sweep_interval_s: float = 1.0
+
+    # Rate limits (token buckets). Per client IP: requests per second and burst.
+    ip_rate_per_s: float = 50.0
+    ip_burst: int = 100
+    # Per node: profiles per minute and burst; a node re-benchmarks rarely.
+    node_rate_per_min: float = 6.0
+    node_burst: int = 3
+
+    # /atlas paging, in nodes per page.
+    atlas_page_default: int = 100
+    atlas_page_max: int = 1000
+
+    # perf_score = sum over weights of (figure / reference): 1.0 is one reference node, a 2-core wasm
+    # SIMD128 server without GPU (75 GFLOP/s, 200 tokens/s) plus a 10 TFLOP/s fp16 GPU counted apart.
+    perf_reference: dict[str, float] = field(default_factory=lambda: {
+        "cpu_gflops": 75.0, "gpu_tflops": 10.0, "tokens_per_sec": 200.0})
+    perf_weights: dict[str, float] = field(default_factory=lambda: {
+        "cpu_gflops": 0.4, "gpu_tflops": 0.4, "tokens_per_sec": 0.2})
+
+    @property
+    def offline_after_s(self) -> float:
+        return self.heartbeat_interval_s * self.offline_after_missed

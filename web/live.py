@@ -1,0 +1,75 @@
+"""The live-session protocol of WS /v1/live (JSON text frames), as pure functions.
+
+relay -> node  {"type": "welcome", "relay": ID, "session": HEX32, "heartbeat_interval_s": S}
+node -> relay  {"type": "heartbeat", "heartbeat": Heartbeat}   signed (capsule.model.Heartbeat)
+relay -> node  {"type": "ack", "seq": N}
+relay -> node  {"type": "ping", "id": N}          every heartbeat interval
+node -> relay  {"type": "pong", "id": N}          the relay measures RTT (EWMA) from it
+relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
+relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after too many, the relay closes (1008)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from capsule.signing import SignatureError, verify_record
+from capsule.typed import ValidationError
+
+MAX_MESSAGE_BYTES = 4096
+RTT_EWMA_ALPHA = 0.2  # weight of a new RTT sample (TCP's SRTT uses 1/8; pings here are sparser)
+
+
+class LiveError(Exception):
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+    def message(self) -> dict[str, Any]:
+        return {"type": "error", "code": self.code, "detail": self.detail}
+
+
+@dataclass
+class Session:
+    session: str
+    node_id: str | None = None
+    last_seq: int = -1
+    rtt_ms: float | None = None
+    errors: int = 0
+
+    def heartbeat(self, heartbeat: Any) -> str:
+        """Verifies a heartbeat for this session; returns the node id or raises LiveError."""
+        try:
+            verify_record("Heartbeat", heartbeat)
+        except ValidationError as exc:
+            raise LiveError("invalid_field", str(exc)) from None
+        except SignatureError as exc:
+            raise LiveError("bad_signature", str(exc)) from None
+        if heartbeat["session"] != self.session:
+            raise LiveError("wrong_session", "the heartbeat is signed for another session")
+        if self.node_id is not None and heartbeat["node_id"] != self.node_id:
+            raise LiveError("wrong_node", f"this session belongs to {self.node_id}")
+        if heartbeat["seq"] <= self.last_seq:
+            raise LiveError("replayed_heartbeat", f"seq {heartbeat['seq']} is not after {self.last_seq}")
+        self.node_id = heartbeat["node_id"]
+        self.last_seq = heartbeat["seq"]
+        return str(heartbeat["node_id"])
+
+    def pong(self, rtt_ms: float) -> float:
+        self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms
+        return self.rtt_ms
+
+
+def parse_message(text: str | bytes) -> dict[str, Any]:
+    if len(text) > MAX_MESSAGE_BYTES:
+        raise LiveError("message_too_large", f"{len(text)} bytes; at most {MAX_MESSAGE_BYTES}")
+    try:
+        message = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise LiveError("invalid_json", "messages are JSON objects") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise LiveError("invalid_message", "expected an object with a string 'type'")
+    return message

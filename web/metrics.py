@@ -1,0 +1,54 @@
+"""Prometheus metrics in the text exposition format (no client library needed for a handful)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Histogram:
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS_S) + 1)
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, seconds: float) -> None:
+        self.n += 1
+        self.total += seconds
+        for i, bound in enumerate(BUCKETS_S):
+            if seconds <= bound:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1
+
+    def render(self, name: str) -> list[str]:
+        lines, running = [], 0
+        for bound, count in zip(BUCKETS_S, self.counts, strict=False):
+            running += count
+            lines.append(f'{name}_bucket{{le="{bound}"}} {running}')
+        lines += [f'{name}_bucket{{le="+Inf"}} {self.n}', f"{name}_sum {self.total:.6f}", f"{name}_count {self.n}"]
+        return lines
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.ingest = Counter[str]()          # by result code ("stored", "replaced", problem codes)
+        self.ingest_seconds = Histogram()
+        self.heartbeats = 0
+        self.ws_sessions = 0
+        self.cluster_received = Counter[str]()  # profiles from NATS by result
+
+    def render(self, gauges: dict[str, float]) -> str:
+        lines = ["# HELP ce_relay_ingest_total Profiles posted, by result code.",
+                 "# TYPE ce_relay_ingest_total counter"]
+        lines += [f'ce_relay_ingest_total{{code="{code}"}} {n}' for code, n in sorted(self.ingest.items())]
+        lines += ["# HELP ce_relay_ingest_seconds Time to verify and durably store a posted profile.",
+                  "# TYPE ce_relay_ingest_seconds histogram", *self.ingest_seconds.render("ce_relay_ingest_seconds")]
+        lines += ["# TYPE ce_relay_heartbeats_total counter", f"ce_relay_heartbeats_total {self.heartbeats}",
+                  "# TYPE ce_relay_cluster_received_total counter"]
+        lines += [f'ce_relay_cluster_received_total{{result="{r}"}} {n}'
+                  for r, n in sorted(self.cluster_received.items())]
+        for name, value in gauges.items():
+            lines += [f"# TYPE {name} gauge", f"{name} {value}"]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""The relay's OpenAPI 3.1 document (served at /openapi.json); request and record schemas come from
+capsule/schema, generated from the data model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from capsule.schemas import SCHEMA_DIR
+
+
+def _schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+    schema.pop("$schema", None)
+    return schema
+
+
+PROBLEM = {"type": "object", "required": ["type", "title", "status", "code"], "properties": {
+    "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+    "code": {"type": "string"}, "detail": {"type": "string"}, "field": {"type": "string"}}}
+NUM_OR_NULL = {"type": ["number", "null"]}
+STATS = {"type": "object", "properties": {
+    "nodes": {"type": "integer"}, "cpu_cores": {"type": "integer"}, "cpu_gflops": {"type": "number"},
+    "gpus": {"type": "integer"}, "gpu_vram_mb": {"type": "integer"}, "gpu_tflops": {"type": "number"},
+    "tokens_per_sec": {"type": "number"}, "storage_free_gb": {"type": "integer"}, "perf_score": {"type": "number"},
+    "mesh": {"type": "object", "properties": {"median_rtt_ms": NUM_OR_NULL, "reachable_frac": NUM_OR_NULL,
+                                               "regions": {"type": ["integer", "null"]}}}}}
+
+
+def problem(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/problem+json": {"schema": PROBLEM}}}
+
+
+def json_ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def document() -> dict[str, Any]:
+    profile = _schema("NodeProfile")
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ce-bench relay", "version": "1"},
+        "paths": {
+            "/v1/profiles": {"post": {
+                "summary": "Verify and store a signed NodeProfile",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": profile}}},
+                "responses": {"201": json_ok("stored (new node)", {"type": "object"}),
+                              "200": json_ok("stored, replacing an older profile", {"type": "object"}),
+                              "400": problem("not JSON"), "409": problem("replayed or stale profile"),
+                              "413": problem("too large"), "422": problem("invalid field, signature or beacon"),
+                              "429": problem("rate limited"), "503": problem("store unavailable")}}},
+            "/v1/nodes/{node_id}": {"get": {
+                "summary": "A node's latest profile and status",
+                "parameters": [{"name": "node_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": json_ok("profile and status", {"type": "object"}),
+                              "400": problem("not a NodeId"), "404": problem("unknown node")}}},
+            "/atlas": {"get": {
+                "summary": "Live nodes' latest profiles, paged by node id",
+                "parameters": [
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "cursor", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": json_ok("a page", {"type": "object"}), "304": {"description": "not modified"},
+                              "400": problem("bad parameter")}}},
+            "/fabric/stats": {"get": {"summary": "FabricStats of this relay's live nodes",
+                                      "responses": {"200": json_ok("FabricStats", STATS)}}},
+            "/stats": {"get": {"summary": "FabricStats of the whole atlas this relay knows",
+                               "responses": {"200": json_ok("FabricStats", STATS)}}},
+            "/beacon": {"get": {"summary": "The current signed beacon round",
+                                "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
+        },
+    }

@@ -1,0 +1,128 @@
+"""The relay process: wires the pure parts (ingest, atlas, beacon, liveness) to storage, time, tasks and
+the cluster. The Starlette app (web/app.py) is a thin adapter over this object."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from typing import Any
+
+from host_runner.keys import load_or_create
+from web.atlas import Atlas
+from web.beacon import next_round
+from web.config import RelayConfig
+from web.ingest import BeaconBook, Ingest
+from web.metrics import Metrics
+from web.problems import Problem
+from web.ratelimit import TokenBuckets
+from web.store import Store, StoreError
+
+log = logging.getLogger("ce.relay")
+
+
+class Relay:
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.key = load_or_create(config.data_dir / "relay.key")
+        self.relay_id = self.key.node_id
+        self.store = Store(config.data_dir / "relay.sqlite")
+        self.atlas = Atlas(config, self.relay_id)
+        self.beacons = BeaconBook(self.relay_id, config.beacon_keep_rounds)
+        self.ingest = Ingest(config, self.atlas, self.beacons)
+        self.ip_limits = TokenBuckets(config.ip_rate_per_s, config.ip_burst)
+        self.metrics = Metrics()
+        self.cluster: Any = None  # web.cluster.Cluster when --nats is given
+        self._inflight: set[str] = set()
+        self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        now = time.time()
+        loaded = 0
+        for _node_id, _measured_at, origin, body, _synced in self.store.all_profiles():
+            self.atlas.put(json.loads(body), origin, now, live=False)
+            loaded += 1
+        for body in self.store.beacons():
+            self.beacons.add(json.loads(body))
+        await self.issue_beacon()
+        self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
+                       asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep))]
+        if self.config.nats_url:
+            from web.cluster import Cluster
+
+            self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket)
+            await self.cluster.start()
+        log.info("relay started", extra={"relay": self.relay_id, "profiles_loaded": loaded,
+                                         "beacon_round": self.beacons.latest and self.beacons.latest["round"]})
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
+        self.store.close()
+
+    async def _every(self, interval_s: float, job: Any) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await job()
+            except Exception:  # a failed round must not stop the loop; it is logged and retried
+                log.exception("periodic task failed")
+
+    async def issue_beacon(self) -> None:
+        beacon = next_round(self.beacons.latest, self.key)
+        await self.store.write(Store.put_beacon_op(beacon["round"], json.dumps(beacon).encode(),
+                                                   self.config.beacon_keep_rounds))
+        self.beacons.add(beacon)
+
+    async def _sweep(self) -> None:
+        for node_id in self.atlas.sweep(time.time()):
+            log.info("node offline", extra={"node_id": node_id})
+
+    def check_ip(self, ip: str) -> None:
+        wait = self.ip_limits.take(ip, time.monotonic())
+        if wait > 0:
+            raise Problem(429, "rate_limited", "too many requests from this address", f"retry in {wait:.1f} s",
+                          headers={"retry-after": str(max(1, round(wait)))})
+
+    async def post_profile(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        started = time.perf_counter()
+        try:
+            status, result = await self._post_profile(body)
+            self.metrics.ingest["replaced" if status == 200 else "stored"] += 1
+            return status, result
+        except Problem as problem:
+            self.metrics.ingest[problem.code] += 1
+            raise
+        finally:
+            self.metrics.ingest_seconds.observe(time.perf_counter() - started)
+
+    async def _post_profile(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        now = time.time()
+        profile, replaced = self.ingest.check(body, now)
+        node_id = profile["node_id"]
+        if node_id in self._inflight:
+            raise Problem(409, "concurrent_profile", "another profile of this node is being stored",
+                          "retry after the first one is answered")
+        self._inflight.add(node_id)
+        try:
+            await self.store.write(Store.put_profile_op(node_id, profile["measured_at"], self.relay_id, body, False))
+        except StoreError as exc:
+            log.error("store failed", extra={"error": str(exc)})
+            raise Problem(503, "store_unavailable", "the relay cannot store profiles right now", str(exc)) from None
+        finally:
+            self._inflight.discard(node_id)
+        self.atlas.put(profile, self.relay_id, now)
+        log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
+        if self.cluster is not None:
+            self.cluster.publish_profile(node_id, profile["measured_at"], body)
+        return (200 if replaced else 201), {"node_id": node_id, "measured_at": profile["measured_at"],
+                                            "status": "replaced" if replaced else "stored"}
+
+    def new_session_id(self) -> str:
+        return secrets.token_hex(16)

@@ -1,0 +1,145 @@
+"""Durable storage on SQLite (WAL, synchronous=FULL): a write returns only after its transaction is on
+disk, so every 2xx the relay sends survives `kill -9`. Writes go through one thread that commits them in
+groups (one fsync for everything queued meanwhile), which is what lets ingest scale with one disk."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS profiles (
+    node_id TEXT PRIMARY KEY,
+    measured_at INTEGER NOT NULL,
+    origin TEXT NOT NULL,          -- NodeId of the relay that first accepted it
+    body BLOB NOT NULL,            -- the signed profile as received (JSON)
+    synced INTEGER NOT NULL DEFAULT 0  -- 1 once published to the cluster (NATS)
+);
+CREATE TABLE IF NOT EXISTS beacons (
+    round INTEGER PRIMARY KEY,
+    body BLOB NOT NULL
+);
+"""
+
+Op = Callable[[sqlite3.Connection], Any]
+
+
+class StoreError(Exception):
+    """The store could not make a write durable (disk full, I/O error)."""
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._writer.execute("PRAGMA journal_mode=WAL")
+        self._writer.execute("PRAGMA synchronous=FULL")
+        self._writer.executescript(SCHEMA)
+        self._reader = sqlite3.connect(path, check_same_thread=False)
+        self._queue: queue.Queue[tuple[Op, Future[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._write_loop, name="sqlite-writer", daemon=True)
+        self._thread.start()
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < 2000:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            results: list[tuple[Future[Any], Any, BaseException | None]] = []
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                for op, fut in batch:
+                    try:
+                        results.append((fut, op(self._writer), None))
+                    except sqlite3.Error as exc:
+                        results.append((fut, None, exc))
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._writer.execute("ROLLBACK")
+                for _, fut in batch:
+                    fut.set_exception(StoreError(f"write not durable: {exc}"))
+                continue
+            for fut, value, error in results:
+                if error is None:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(StoreError(str(error)))
+
+    def submit(self, op: Op) -> Future[Any]:
+        fut: Future[Any] = Future()
+        self._queue.put((op, fut))
+        return fut
+
+    async def write(self, op: Op) -> Any:
+        """Runs op in the writer's next transaction; returns after the commit is durable."""
+        return await asyncio.wrap_future(self.submit(op))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        self._writer.close()
+        self._reader.close()
+
+    # --- operations -------------------------------------------------------------------------------
+
+    @staticmethod
+    def put_profile_op(node_id: str, measured_at: int, origin: str, body: bytes, synced: bool) -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO profiles (node_id, measured_at, origin, body, synced) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(node_id) DO UPDATE SET measured_at=excluded.measured_at, origin=excluded.origin, "
+                "body=excluded.body, synced=excluded.synced WHERE excluded.measured_at > profiles.measured_at",
+                (node_id, measured_at, origin, body, int(synced)))
+        return op
+
+    @staticmethod
+    def mark_synced_op(node_id: str, measured_at: int) -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE profiles SET synced=1 WHERE node_id=? AND measured_at=?", (node_id, measured_at))
+        return op
+
+    @staticmethod
+    def put_beacon_op(round_no: int, body: bytes, keep: int) -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO beacons (round, body) VALUES (?, ?)", (round_no, body))
+            conn.execute("DELETE FROM beacons WHERE round <= ?", (round_no - keep,))
+        return op
+
+    def all_profiles(self) -> Iterator[tuple[str, int, str, bytes, bool]]:
+        yield from self._reader.execute("SELECT node_id, measured_at, origin, body, synced FROM profiles")
+
+    def unsynced(self) -> list[tuple[str, int, bytes]]:
+        return list(self._reader.execute("SELECT node_id, measured_at, body FROM profiles WHERE synced=0"))
+
+    def profile(self, node_id: str) -> bytes | None:
+        row = self._reader.execute("SELECT body FROM profiles WHERE node_id=?", (node_id,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def profiles(self, node_ids: Sequence[str]) -> dict[str, bytes]:
+        if not node_ids:
+            return {}
+        marks = ",".join("?" * len(node_ids))
+        rows = self._reader.execute(f"SELECT node_id, body FROM profiles WHERE node_id IN ({marks})", node_ids)
+        return {r[0]: bytes(r[1]) for r in rows}
+
+    def beacons(self) -> list[bytes]:
+        return [bytes(r[0]) for r in self._reader.execute("SELECT body FROM beacons ORDER BY round")]
