@@ -1,0 +1,224 @@
+"""The relay's API over real sockets: a `ce-bench relay` process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capsule.signing import sign
+from host_runner.keys import NodeKey
+from tests.relay_process import RelayProcess
+from tests.samples import mutated, sample_profile
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayProcess]:
+    with RelayProcess(tmp_path_factory.mktemp("relay") / "data", "--ip-rate", "1000") as r:
+        yield r
+
+
+def beacon_of(relay: RelayProcess) -> dict[str, Any]:
+    status, beacon, _ = relay.get("/beacon")
+    assert status == 200
+    return dict(beacon)
+
+
+def test_store_replace_and_read_back(relay: RelayProcess) -> None:
+    key, profile = sample_profile(beacon=beacon_of(relay), gflops=80.0, tps=200.0)
+    status, body = relay.post("/v1/profiles", profile)
+    assert (status, body["status"]) == (201, "stored"), body
+    _, newer = sample_profile(key, beacon=beacon_of(relay), measured_at=profile["measured_at"] + 1, gflops=90.0)
+    status, body = relay.post("/v1/profiles", newer)
+    assert (status, body["status"]) == (200, "replaced"), body
+    status, node, _ = relay.get(f"/v1/nodes/{key.node_id}")
+    assert status == 200 and node["profile"] == newer
+    assert node["status"]["online"] is True and node["status"]["last_seen"] > time.time() - 60
+    _, stats, _ = relay.get("/stats")
+    _, local, _ = relay.get("/fabric/stats")
+    assert stats == local and stats["nodes"] >= 1
+    status, page, headers = relay.get("/atlas?limit=1000")
+    assert status == 200 and newer in page["nodes"] and page["next_cursor"] is None
+    assert relay.get("/atlas?limit=1000", {"if-none-match": headers["etag"]})[0] == 304
+
+
+def test_stats_sum_live_nodes_once(tmp_path: Path) -> None:
+    with RelayProcess(tmp_path / "data") as r:
+        keys = []
+        for gflops in (10.0, 20.0, 30.0):
+            key, profile = sample_profile(beacon=beacon_of(r), gflops=gflops, tps=100.0)
+            assert r.post("/v1/profiles", profile)[0] == 201
+            keys.append(key)
+        _, again = sample_profile(keys[0], beacon=beacon_of(r), measured_at=int(time.time()) + 5, gflops=40.0,
+                                  tps=100.0)
+        assert r.post("/v1/profiles", again)[0] == 200  # replaced: counted once, with its new figure
+        _, stats, _ = r.get("/stats")
+        assert stats["nodes"] == 3 and stats["cpu_cores"] == 6
+        assert stats["cpu_gflops"] == 90.0 and stats["tokens_per_sec"] == 300.0
+        assert stats["gpus"] == 3 and stats["storage_free_gb"] == 240
+        assert stats["perf_score"] == pytest.approx(0.4 * 90 / 75 + 0.4 * 0.006 / 10 + 0.2 * 300 / 200)
+        assert stats["mesh"] == {"median_rtt_ms": None, "reachable_frac": None, "regions": None}
+
+
+def refusal(relay: RelayProcess, data: bytes | dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    status, body = relay.post("/v1/profiles", data)
+    assert body["status"] == status and body["type"].endswith(body["code"])
+    return status, body
+
+
+def test_refusals_have_stable_codes_and_fields(relay: RelayProcess) -> None:
+    beacon = beacon_of(relay)
+    key, good = sample_profile(beacon=beacon)
+    assert refusal(relay, b"{not json")[:1] == (400,)
+    assert refusal(relay, b"{not json")[1]["code"] == "invalid_json"
+    status, body = refusal(relay, mutated(good, "cpu.cores", 0))
+    assert (status, body["code"], body["field"]) == (422, "invalid_field", "$.cpu.cores")
+    status, body = refusal(relay, {**good, "cpu": {**good["cpu"], "gflops_fp32": 1e6}})
+    assert (status, body["code"], body["field"]) == (422, "bad_signature", "$.sig")
+    _, foreign = sample_profile(key)  # cites a round of another relay
+    assert refusal(relay, foreign)[1]["code"] == "unknown_beacon"
+    _, unknown_round = sample_profile(key, beacon={**beacon, "round": beacon["round"] + 1000})
+    status, body = refusal(relay, unknown_round)
+    assert (body["code"], body["field"]) == ("unknown_beacon", "$.beacon.round")
+    _, wrong_value = sample_profile(key, beacon={**beacon, "value": "00" * 32})
+    assert refusal(relay, wrong_value)[1]["code"] == "beacon_mismatch"
+    _, future = sample_profile(key, beacon=beacon, measured_at=int(time.time()) + 3600)
+    assert refusal(relay, future)[1]["code"] == "measured_in_future"
+    _, early = sample_profile(key, beacon=beacon, measured_at=beacon["issued_at"] - 3600)
+    assert refusal(relay, early)[1]["code"] == "measured_before_beacon"
+    assert relay.post("/v1/profiles", good)[0] == 201
+    status, body = refusal(relay, good)
+    assert (status, body["code"]) == (409, "replayed_profile")
+    _, older = sample_profile(key, beacon=beacon, measured_at=good["measured_at"] - 1)
+    assert refusal(relay, older)[1]["code"] == "stale_profile"
+    status, body = refusal(relay, b"{" + b" " * 70_000 + b"}")
+    assert (status, body["code"]) == (413, "body_too_large")
+
+
+def test_node_rate_limit(relay: RelayProcess) -> None:
+    key = NodeKey.generate()
+    codes = []
+    for i in range(5):  # burst 3 per node, then 6/min
+        _, p = sample_profile(key, beacon=beacon_of(relay), measured_at=int(time.time()) - 10 + i)
+        codes.append(relay.post("/v1/profiles", p)[0])
+    assert codes[:3] == [201, 200, 200] and codes[3:] == [429, 429]
+
+
+def test_ip_rate_limit(tmp_path: Path) -> None:
+    with RelayProcess(tmp_path / "data", "--ip-rate", "1") as r:
+        statuses = [r.post("/v1/profiles", b"{}")[0] for _ in range(120)]
+        assert 429 in statuses and statuses[0] == 422
+        status, body = r.post("/v1/profiles", b"{}")
+        assert body["code"] == "rate_limited"
+
+
+def test_bad_read_parameters(relay: RelayProcess) -> None:
+    assert relay.get("/v1/nodes/not-a-node")[1]["code"] == "invalid_node_id"
+    missing = NodeKey.generate().node_id
+    status, body, _ = relay.get(f"/v1/nodes/{missing}")
+    assert (status, body["code"]) == (404, "unknown_node")
+    for query in ("limit=0", "limit=abc", "limit=100000", "cursor=" + "x" * 200):
+        status, body, _ = relay.get(f"/atlas?{query}")
+        assert (status, body["code"]) == (400, "invalid_parameter"), query
+
+
+def test_atlas_pages_cover_every_live_node(tmp_path: Path) -> None:
+    with RelayProcess(tmp_path / "data") as r:
+        ids = set()
+        for _ in range(7):
+            key, p = sample_profile(beacon=beacon_of(r))
+            assert r.post("/v1/profiles", p)[0] == 201
+            ids.add(key.node_id)
+        seen, cursor, pages = [], "", 0
+        while True:
+            _, page, _ = r.get(f"/atlas?limit=3&cursor={cursor}")
+            seen += [n["node_id"] for n in page["nodes"]]
+            pages += 1
+            if page["next_cursor"] is None:
+                break
+            cursor = page["next_cursor"]
+            assert pages < 10
+        assert sorted(seen) == sorted(ids) and pages == 3
+
+
+def test_beacon_chain_is_signed_and_advances(tmp_path: Path) -> None:
+    from capsule.signing import verify_record
+
+    with RelayProcess(tmp_path / "data", "--beacon-interval", "0.3") as r:
+        first = beacon_of(r)
+        verify_record("Beacon", first)
+        time.sleep(1.0)
+        later = beacon_of(r)
+        verify_record("Beacon", later)
+        assert later["round"] > first["round"] and later["relay"] == first["relay"]
+    with RelayProcess(tmp_path / "data") as r:  # restart: same relay key, the chain continues
+        after = beacon_of(r)
+        assert after["relay"] == first["relay"] and after["round"] > later["round"]
+        assert after["prev"] != ""
+
+
+def test_openapi_and_metrics(relay: RelayProcess) -> None:
+    status, doc, _ = relay.get("/openapi.json")
+    assert status == 200 and doc["openapi"].startswith("3.1") and "/v1/profiles" in doc["paths"]
+    schema = doc["paths"]["/v1/profiles"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "gflops_fp32" in json.dumps(schema)
+    import urllib.request
+
+    text = urllib.request.urlopen(relay.url + "/metrics", timeout=5).read().decode()
+    assert 'ce_relay_ingest_total{code="stored"}' in text and "ce_relay_ingest_seconds_bucket" in text
+    assert "ce_relay_live_nodes" in text
+
+
+def test_signed_heartbeat_keeps_a_node_live(tmp_path: Path) -> None:
+    from host_runner.live_client import LiveSession
+
+    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.5") as r:
+        key, p = sample_profile(beacon=beacon_of(r))
+        assert r.post("/v1/profiles", p)[0] == 201
+        session = LiveSession(r.url, key).start()
+        try:
+            time.sleep(3.0)  # 6 intervals: without heartbeats the node would be offline after 1.5 s
+            assert r.get("/stats")[1]["nodes"] == 1
+            assert session.acks >= 4 and not session.errors
+        finally:
+            session.stop()
+        deadline = time.monotonic() + 10
+        while r.get("/stats")[1]["nodes"] != 0:
+            assert time.monotonic() < deadline, "node never went offline"
+            time.sleep(0.2)
+        status, node, _ = r.get(f"/v1/nodes/{key.node_id}")
+        assert node["status"]["online"] is False
+        assert node["status"]["rtt_ms"] is not None and 0 < node["status"]["rtt_ms"] < 1000  # from ping/pong
+
+
+def test_live_session_refuses_forged_heartbeats(tmp_path: Path) -> None:
+    from websockets.exceptions import ConnectionClosedError
+    from websockets.sync.client import connect
+
+    with RelayProcess(tmp_path / "data") as r:
+        key, p = sample_profile(beacon=beacon_of(r))
+        assert r.post("/v1/profiles", p)[0] == 201
+        with connect(r.url.replace("http", "ws") + "/v1/live") as ws:
+            welcome = json.loads(ws.recv(timeout=5))
+            body = {"node_id": key.node_id, "session": welcome["session"], "seq": 0, "sent_at": int(time.time())}
+            forged = sign("Heartbeat", body, NodeKey.generate())
+            ws.send(json.dumps({"type": "heartbeat", "heartbeat": forged}))
+            assert json.loads(ws.recv(timeout=5))["code"] == "bad_signature"
+            other_session = sign("Heartbeat", {**body, "session": "0" * 32}, key)
+            ws.send(json.dumps({"type": "heartbeat", "heartbeat": other_session}))
+            assert json.loads(ws.recv(timeout=5))["code"] == "wrong_session"
+            ws.send(json.dumps({"type": "heartbeat", "heartbeat": sign("Heartbeat", body, key)}))
+            assert json.loads(ws.recv(timeout=5)) == {"type": "ack", "seq": 0}
+            ws.send(json.dumps({"type": "heartbeat", "heartbeat": sign("Heartbeat", body, key)}))
+            assert json.loads(ws.recv(timeout=5))["code"] == "replayed_heartbeat"
+            ws.send("not json")
+            assert json.loads(ws.recv(timeout=5))["code"] == "invalid_json"
+            ws.send(json.dumps({"type": "teleport"}))  # the fifth invalid message: the relay closes (1008)
+            assert json.loads(ws.recv(timeout=5))["code"] == "unknown_type"
+            with pytest.raises(ConnectionClosedError) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008

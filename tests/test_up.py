@@ -1,0 +1,47 @@
+"""`ce-bench up`: a relay, this machine measured and registered through it, kept live, the join URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.relay_process import CLI, free_port
+
+
+def test_up_serves_the_join_url_and_lists_this_machine(tmp_path: Path) -> None:
+    port = free_port()
+    env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen([CLI, "up", "--port", str(port), "--data-dir", str(tmp_path / "relay"), "--no-gpu",
+                             "--budget-ms", "500", "--heartbeat-interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        deadline = time.monotonic() + 180
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"ce-bench up exited early: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line)
+            if line.startswith("join: "):
+                break
+        join_url = lines[-1].split()[1]
+        assert join_url == f"http://127.0.0.1:{port}/"
+        node_id = lines[-2].split()[-1]
+        assert urllib.request.urlopen(join_url, timeout=5).status == 200
+        time.sleep(4)  # > 3 heartbeat intervals: the live session keeps the node online
+        atlas = json.loads(urllib.request.urlopen(join_url + "atlas", timeout=5).read())
+        assert [n["node_id"] for n in atlas["nodes"]] == [node_id]
+        stats = json.loads(urllib.request.urlopen(join_url + "stats", timeout=5).read())
+        assert stats["nodes"] == 1 and stats["cpu_gflops"] > 0 and stats["tokens_per_sec"] > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
