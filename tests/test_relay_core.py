@@ -8,6 +8,7 @@ import random
 import pytest
 
 from host_runner.keys import NodeKey
+from tests.samples import sample_profile
 from web.atlas import Atlas
 from web.beacon import next_round
 from web.config import RelayConfig
@@ -16,7 +17,6 @@ from web.liveness import Liveness
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
 from web.stats import Contribution, FabricStats
-from tests.samples import sample_profile
 
 CONFIG = RelayConfig()
 
@@ -82,7 +82,7 @@ def test_incremental_stats_have_no_drift() -> None:
     stats = FabricStats(CONFIG.perf_reference, CONFIG.perf_weights)
     rng = random.Random(7)
     live: dict[str, Contribution] = {}
-    for step in range(20_000):
+    for _step in range(20_000):
         node = f"n{rng.randrange(300)}"
         if rng.random() < 0.3:
             stats.set_offline(node)
