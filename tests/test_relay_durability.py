@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def test_no_client_input_produces_a_5xx(tmp_path: Path) -> None:
         def check(field: str, value: Any, raw: bytes, path: str, use_raw: bool) -> None:
             body = raw if use_raw else json.dumps(mutated(base, field, value)).encode()
             assert post(relay.url, body) < 500
-            quoted = urllib.request.quote(path, safe="")
+            quoted = urllib.parse.quote(path, safe="")
             for target in (f"/v1/nodes/{quoted}", f"/atlas?limit={quoted}", f"/atlas?cursor={quoted}"):
                 try:
                     urllib.request.urlopen(relay.url + target, timeout=10).read()
