@@ -72,7 +72,7 @@ def test_atlas_counts_each_node_once_and_only_while_live() -> None:
     atlas.put(p2, atlas.relay_id, now=1)
     assert atlas.global_stats.snapshot()["nodes"] == 1 and atlas.global_stats.snapshot()["cpu_gflops"] == 30.0
     assert atlas.sweep(now=1 + CONFIG.offline_after_s + 1) == [key.node_id]
-    assert atlas.global_stats.snapshot()["nodes"] == 0 and atlas.live_sorted == []
+    assert atlas.global_stats.snapshot()["nodes"] == 0 and atlas.live_sorted() == []
     assert atlas.heartbeat(key.node_id, now=100)
     assert atlas.global_stats.snapshot()["cpu_gflops"] == 30.0
     assert not atlas.heartbeat(NodeKey.generate().node_id, now=100)  # unknown nodes are not counted

@@ -88,7 +88,7 @@ def create_app(config: RelayConfig) -> Starlette:
         ids, next_cursor = relay.atlas.page(cursor, limit)
         bodies = relay.store.profiles(ids)
         nodes = [json.loads(bodies[i]) for i in ids if i in bodies]
-        return JSONResponse({"nodes": nodes, "next_cursor": next_cursor, "live_nodes": len(relay.atlas.live_sorted)},
+        return JSONResponse({"nodes": nodes, "next_cursor": next_cursor, "live_nodes": len(relay.atlas.live)},
                             headers={"etag": tag})
 
     async def fabric_stats(request: Request) -> Response:
@@ -101,7 +101,7 @@ def create_app(config: RelayConfig) -> Starlette:
         return JSONResponse(relay.beacons.latest)
 
     async def metrics(request: Request) -> Response:
-        gauges = {"ce_relay_live_nodes": len(relay.atlas.live_sorted), "ce_relay_atlas_nodes": len(relay.atlas.nodes),
+        gauges = {"ce_relay_live_nodes": len(relay.atlas.live), "ce_relay_atlas_nodes": len(relay.atlas.nodes),
                   "ce_relay_ws_sessions": relay.metrics.ws_sessions,
                   "ce_relay_beacon_round": (relay.beacons.latest or {}).get("round", -1)}
         return PlainTextResponse(relay.metrics.render(gauges), media_type="text/plain; version=0.0.4")
