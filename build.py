@@ -7,6 +7,9 @@ Artifacts:
     build/capsule.wasm          WASI command (`wasmtime run build/capsule.wasm`)
     build/capsule-reactor.wasm  the same kernels exported for wasmtime-py and Web Workers (no imports)
     build/capsule.sha256        sha256 of capsule.wasm, the identity a CE job manifest names
+    build/web/                  the browser bundle the relay serves: pages, ES modules, the reactor wasm,
+                                WGSL shaders, Pyodide core (from the pinned npm package) and the capsule's
+                                Python as wheels (capsule + rfc8785)
 
 The C kernels are compiled by the pinned PyPI `ziglang` (clang for wasm32-wasi with wasi-libc), so a
 fresh machine needs only pip. Inputs are hashed into a stamp file: an unchanged tree rebuilds nothing.
@@ -15,10 +18,14 @@ fresh machine needs only pip. Inputs are hashed into a stamp file: an unchanged 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +33,10 @@ ROOT = Path(__file__).resolve().parent
 KERNELS = ROOT / "capsule" / "kernels"
 BUILD = ROOT / "build"
 ZIG_VERSION = "0.17.1"
+PYODIDE_VERSION = "314.0.8"
+PYODIDE_FILES = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"]
+RFC8785_WHEEL = "rfc8785-0.1.4-py3-none-any.whl"
+CACHE = Path(os.environ.get("CE_BENCH_CACHE", Path.home() / ".cache" / "ce-bench"))
 
 # -ffp-contract=off: no fused multiply-add anywhere, so a native build of the same C produces the same
 # bits (the reference model's token hash is compared across builds). -s strips debug sections.
@@ -96,11 +107,86 @@ def build_target(target: Target, force: bool) -> Path:
     return output
 
 
-def build(force: bool = False) -> list[Path]:
+def fetch_pyodide() -> Path:
+    """The pinned Pyodide npm package, unpacked once into the cache (npm is the only source: no CDN)."""
+    target = CACHE / f"pyodide-{PYODIDE_VERSION}"
+    if (target / "package" / "pyodide.mjs").exists():
+        return target / "package"
+    target.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["npm", "pack", f"pyodide@{PYODIDE_VERSION}", "--silent"], cwd=target,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"npm pack pyodide@{PYODIDE_VERSION} failed (is npm installed?): {result.stderr.strip()}")
+    with tarfile.open(target / f"pyodide-{PYODIDE_VERSION}.tgz") as tar:
+        tar.extractall(target, filter="data")
+    return target / "package"
+
+
+def fetch_rfc8785_wheel() -> Path:
+    wheel = CACHE / RFC8785_WHEEL
+    if not wheel.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(CACHE),
+                                 "rfc8785==0.1.4"], capture_output=True, text=True)
+        if result.returncode != 0 or not wheel.exists():
+            raise BuildError(f"pip download rfc8785==0.1.4 failed: {result.stderr.strip()}")
+    return wheel
+
+
+def capsule_wheel(dest: Path) -> Path:
+    """capsule/*.py (+ schema) as a pure-Python wheel that Pyodide unpacks: the browser runs the same
+    Python as servers."""
+    name = "ce_capsule-1.0.0-py3-none-any.whl"
+    files = sorted(p for p in (ROOT / "capsule").rglob("*") if p.suffix in (".py", ".json") and p.is_file())
+    records = []
+    out = dest / name
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        def add(arcname: str, data: bytes) -> None:
+            info = zipfile.ZipInfo(arcname, date_time=(2026, 1, 1, 0, 0, 0))  # reproducible
+            zf.writestr(info, data, zipfile.ZIP_DEFLATED)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append(f"{arcname},sha256={digest},{len(data)}")
+        for path in files:
+            add(path.relative_to(ROOT).as_posix(), path.read_bytes())
+        info_dir = "ce_capsule-1.0.0.dist-info"
+        add(f"{info_dir}/METADATA", b"Metadata-Version: 2.1\nName: ce-capsule\nVersion: 1.0.0\n")
+        add(f"{info_dir}/WHEEL", b"Wheel-Version: 1.0\nGenerator: ce-bench build.py\nRoot-Is-Purelib: true\n"
+                                 b"Tag: py3-none-any\n")
+        records.append(f"{info_dir}/RECORD,,")
+        zf.writestr(zipfile.ZipInfo(f"{info_dir}/RECORD", date_time=(2026, 1, 1, 0, 0, 0)),
+                    "\n".join(records) + "\n")
+    return out
+
+
+def build_web() -> Path:
+    """build/web: everything the relay serves to browsers."""
+    web = BUILD / "web"
+    if web.exists():
+        shutil.rmtree(web)
+    (web / "shaders").mkdir(parents=True)
+    (web / "wheels").mkdir()
+    pyodide_dir = web / "pyodide" / PYODIDE_VERSION
+    pyodide_dir.mkdir(parents=True)
+    package = fetch_pyodide()
+    for name in PYODIDE_FILES:
+        shutil.copy2(package / name, pyodide_dir / name)
+    shutil.copy2(fetch_rfc8785_wheel(), web / "wheels" / RFC8785_WHEEL)
+    capsule_wheel(web / "wheels")
+    shutil.copy2(BUILD / "capsule-reactor.wasm", web / "capsule-reactor.wasm")
+    for shader in (ROOT / "capsule" / "shaders").glob("*.wgsl"):
+        shutil.copy2(shader, web / "shaders" / shader.name)
+    for source in [*(ROOT / "browser_node").glob("*.js"), *(ROOT / "web" / "pages").glob("*")]:
+        shutil.copy2(source, web / source.name)
+    return web
+
+
+def build(force: bool = False, web: bool = True) -> list[Path]:
     BUILD.mkdir(exist_ok=True)
     outputs = [build_target(t, force) for t in TARGETS]
     capsule = BUILD / "capsule.wasm"
     (BUILD / "capsule.sha256").write_text(hashlib.sha256(capsule.read_bytes()).hexdigest() + "\n")
+    if web:
+        outputs.append(build_web())
     return outputs
 
 
@@ -110,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         for path in build(force=args.force):
-            print(f"built {path.relative_to(ROOT)} ({path.stat().st_size} bytes)")
+            size = sum(p.stat().st_size for p in path.rglob("*")) if path.is_dir() else path.stat().st_size
+            print(f"built {path.relative_to(ROOT)} ({size} bytes)")
     except BuildError as exc:
         print(f"build.py: {exc}", file=sys.stderr)
         return 1
