@@ -62,8 +62,9 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Memory:
-    total_mb: int = spec(minimum=0, maximum=MAX_U32, unit="MiB")
-    available_mb: int = spec(minimum=0, maximum=MAX_U32, unit="MiB")
+    # null where the platform does not say (browsers: see evidence.memory)
+    total_mb: int | None = spec(minimum=0, maximum=MAX_U32, unit="MiB")
+    available_mb: int | None = spec(minimum=0, maximum=MAX_U32, unit="MiB")
 
 
 @dataclass(frozen=True)

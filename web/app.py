@@ -10,12 +10,16 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from capsule.peerid import PeerIdError, public_key_from_peer_id
@@ -24,8 +28,10 @@ from web.live import LiveError, Session, parse_message
 from web.openapi import document
 from web.problems import Problem
 from web.relay import Relay
+from web.static import IsolationHeaders
 
 log = logging.getLogger("ce.relay")
+WEB_BUNDLE = Path(__file__).resolve().parents[1] / "build" / "web"
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -189,11 +195,18 @@ def create_app(config: RelayConfig) -> Starlette:
         finally:
             await relay.stop()
 
+    routes: list[Any] = [
+        Route("/v1/profiles", post_profile, methods=["POST"]), Route("/v1/nodes/{node_id}", get_node),
+        Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
+        Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
+        WebSocketRoute("/v1/live", live)]
+    if (WEB_BUNDLE / "index.html").exists():  # the browser node's pages (python build.py)
+        routes.append(Mount("/", StaticFiles(directory=WEB_BUNDLE, html=True)))
+    else:
+        routes.append(Route("/", index))
     app = Starlette(
-        routes=[Route("/v1/profiles", post_profile, methods=["POST"]), Route("/v1/nodes/{node_id}", get_node),
-                Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
-                Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
-                Route("/", index), WebSocketRoute("/v1/live", live)],
+        routes=routes,
+        middleware=[Middleware(IsolationHeaders), Middleware(GZipMiddleware, minimum_size=1024)],
         exception_handlers={Problem: on_problem, Exception: on_error},
         lifespan=lifespan,
     )

@@ -1,0 +1,224 @@
+// The join page: on "Join", measure this device with the capsule (Web Workers running the reactor wasm,
+// WebGPU, OPFS), build and sign its NodeProfile (Pyodide + WebCrypto) and report it to this relay; then
+// keep the node live while the tab is open. Heavy work starts only after the click and stays under ~30 s.
+import { probeGpu } from "./gpu.js";
+import { b64url, hex, nodeKey, unhex } from "./keys.js";
+import { loadCapsulePython } from "./python.js";
+import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
+
+const $ = (id) => document.getElementById(id);
+const PHASES = [
+  ["python", "Load the capsule (Pyodide + capsule Python)", 5],
+  ["cpu", "CPU on every core (SGEMM, then STREAM triad)", 6],
+  ["solo", "One core: reference model ce-ref-15m-f32", 4],
+  ["disk", "Storage (OPFS)", 2],
+  ["gpu", "GPU (WebGPU)", 3],
+  ["report", "Sign and report to the relay", 1],
+];
+const PHASE_TIMEOUT_MS = 90_000;
+let hiddenDuringRun = false;
+
+function setStatus(text, kind = "info") {
+  const el = $("status");
+  el.textContent = text;
+  el.className = `status ${kind}`;
+}
+
+function phaseRows() {
+  $("phases").innerHTML = PHASES.map(([id, label, est]) =>
+    `<div class="phase" id="ph-${id}"><span class="label">${label}</span><progress max="100" value="0"></progress>` +
+    `<span class="eta">~${est} s</span></div>`).join("");
+}
+
+async function phase(id, work) {
+  const [, , est] = PHASES.find((p) => p[0] === id);
+  const row = $(`ph-${id}`), bar = row.querySelector("progress"), eta = row.querySelector(".eta");
+  row.classList.add("running");
+  const t0 = performance.now();
+  const tick = setInterval(() => {
+    const s = (performance.now() - t0) / 1000;
+    bar.value = Math.min(95, (100 * s) / est);
+    eta.textContent = `${s.toFixed(1)} s of ~${est} s`;
+  }, 100);
+  try {
+    const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error(`${id} did not finish within ${PHASE_TIMEOUT_MS / 1000} s`)), PHASE_TIMEOUT_MS));
+    const result = await Promise.race([work(), timeout]);
+    if (hiddenDuringRun) throw new Error("the tab was hidden during the measurement; browsers slow hidden tabs down, so it stopped. Keep the tab visible and press Join again");
+    bar.value = 100;
+    eta.textContent = `${((performance.now() - t0) / 1000).toFixed(1)} s`;
+    row.classList.add("done");
+    return result;
+  } catch (err) {
+    row.classList.add("failed");
+    throw err;
+  } finally {
+    clearInterval(tick);
+    row.classList.remove("running");
+  }
+}
+
+function call(worker, message) {
+  return new Promise((resolve, reject) => {
+    worker.onmessage = (e) => (e.data.ok ? resolve(e.data.result) : reject(new Error(e.data.error)));
+    worker.onerror = (e) => reject(new Error(e.message || "worker failed"));
+    worker.postMessage(message);
+  });
+}
+
+function throttled(samples) {
+  if (samples.length < 8) return false;
+  const med = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+  return med(samples.slice(-3)) < 0.6 * med(samples.slice(0, 3));
+}
+
+async function sha256Hex(buffer) { return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", buffer))); }
+
+async function measure(py, key, nodeId) {
+  const beacon = await getBeacon();
+  const plan = py.plan(beacon.value, nodeId);
+  const threads = Math.max(1, Math.min(navigator.hardwareConcurrency || 1, 16));
+  const wasm = await (await fetch("/capsule-reactor.wasm")).arrayBuffer();
+  const module = await WebAssembly.compile(wasm);
+  const workers = Array.from({ length: threads }, () => new Worker("/probe-worker.js"));
+  const isolated = self.crossOriginIsolated === true;
+  let concurrent, cpuNotes = [];
+  try {
+    concurrent = await phase("cpu", async () => {
+      await Promise.all(workers.map((w) => call(w, { cmd: "init", module })));
+      const sg = await Promise.all(workers.map((w, i) => call(w, { cmd: "sgemm", n: 512, ms: 2500, seed: 12345 + i })));
+      if (sg.some((r) => throttled(r.samples))) cpuNotes.push("throughput dropped sharply during the run (thermal throttling?)");
+      // STREAM arrays as large as the device can spare (3 per worker), reported in the evidence
+      const mib = (navigator.deviceMemory || 4) >= 8 ? 64 : (navigator.deviceMemory || 4) >= 4 ? 32 : 16;
+      const tr = await Promise.all(workers.map((w) => call(w, { cmd: "triad", mib, ms: 1500, isolated })));
+      return sg.map((s, i) => ({ probes: { sgemm: s, stream: tr[i] } }));
+    });
+    const solo = await phase("solo", async () => ({
+      probes: {
+        sgemm: await call(workers[0], { cmd: "sgemm", n: 512, ms: 800, seed: 999 }),
+        llm: await call(workers[0], { cmd: "llm", seedLo: plan.seed_lo, seedHi: plan.seed_hi, prompt: plan.prompt }),
+      },
+    }));
+    solo.probes.disk = await phase("disk", () => call(new Worker("/disk-worker.js"), { mib: 16 }));
+    const gpu = await phase("gpu", () => probeGpu(1500).catch((err) => ({ gpus: [], notes: [`WebGPU probe failed: ${err.message}`] })));
+    const estimate = navigator.storage && navigator.storage.estimate ? await navigator.storage.estimate() : null;
+    const uaData = navigator.userAgentData;
+    const high = uaData && uaData.getHighEntropyValues ? await uaData.getHighEntropyValues(["architecture", "platformVersion", "fullVersionList"]).catch(() => ({})) : {};
+    const brand = (high.fullVersionList || uaData?.brands || []).find((b) => !/Not/.test(b.brand));
+    const args = {
+      node_id: nodeId, measured_at: Math.floor(Date.now() / 1000), beacon,
+      capsule: { version: "1.0.0", sha256: await sha256Hex(wasm) },
+      cores: threads, threads, memory: { total_mb: navigator.deviceMemory ? Math.round(navigator.deviceMemory * 1024) : null, available_mb: null },
+      storage_total_gb: null,
+      storage_free_gb: estimate && estimate.quota ? Math.floor((estimate.quota - (estimate.usage || 0)) / 1e9) : null,
+      gpus: gpu.gpus,
+      runtime: { os: (uaData && uaData.platform) || navigator.platform || "unknown", arch: high.architecture || "unknown",
+                 kind: "browser", docker: false, gvisor: false, wasm: true,
+                 engine: brand ? `${brand.brand} ${brand.version}` : navigator.userAgent.slice(0, 120) },
+      concurrent, solo, overlap: null,
+      evidence: {
+        gpus: gpu.evidence || [], gpu_notes: gpu.notes, cpu_notes: cpuNotes,
+        plan: { seed: plan.seed, order: plan.order, beacon_source: "relay (this page's origin)" },
+        browser: { cross_origin_isolated: isolated, hardware_concurrency: navigator.hardwareConcurrency || null,
+                   pyodide: py.version, signer: key.signer, user_agent: navigator.userAgent.slice(0, 200) },
+        memory: { method: "navigator.deviceMemory: a rounded estimate capped at 8 GiB; available memory is not exposed to pages" },
+        storage_totals: "free_gb = origin quota left (navigator.storage.estimate), an estimate; the disk total is not exposed",
+        capsule_note: "capsule.sha256 is of capsule-reactor.wasm: browsers run the reactor build of the same C",
+        cores_note: "navigator.hardwareConcurrency counts logical processors; cores = threads here",
+      },
+    };
+    return { args, beacon };
+  } finally {
+    workers.forEach((w) => w.terminate());
+  }
+}
+
+function show(profile) {
+  const cpu = profile.cpu, llm = profile.llm, st = profile.storage, g = profile.gpus[0];
+  const f = (v, d = 1) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
+  const rows = [
+    ["CPU fp32", `${f(cpu.gflops_fp32)} GFLOP/s`, `${cpu.threads} Web Workers, wasm SIMD128`],
+    ["memory bandwidth", `${f(cpu.mem_bw_gbps, 2)} GB/s`, "STREAM triad, all workers"],
+    ["reference model", `${f(llm.tokens_per_sec)} tokens/s`, "ce-ref-15m-f32 decode, one worker"],
+    ["storage write / read", `${f(st.write_mbps, 0)} / ${f(st.read_mbps, 0)} MB/s`, profile.evidence.storage?.null_reason || "OPFS"],
+    ["GPU fp32 / fp16", g ? `${f(g.fp32_tflops, 4)} / ${f(g.fp16_tflops, 4)} TFLOP/s` : "none", g ? g.model : (profile.evidence.gpu_notes || []).join("; ")],
+  ];
+  $("results-table").innerHTML = rows.map(([a, b, c]) => `<tr><th>${a}</th><td class="num">${b}</td><td>${c}</td></tr>`).join("");
+  $("node-id").textContent = profile.node_id;
+  $("results").hidden = false;
+}
+
+async function standing(profile) {
+  try {
+    const atlas = await (await fetch("/atlas?limit=1000")).json();
+    const others = atlas.nodes.filter((n) => n.node_id !== profile.node_id).map((n) => n.cpu.gflops_fp32 || 0);
+    const below = others.filter((v) => v < (profile.cpu.gflops_fp32 || 0)).length;
+    const summary = others.length
+      ? `This device is faster (CPU fp32) than ${below} of the ${others.length} other live nodes this relay knows.`
+      : "This device is the only live node this relay knows so far.";
+    const bars = atlas.nodes.slice(0, 50).map((n) => {
+      const mine = n.node_id === profile.node_id;
+      const max = Math.max(...atlas.nodes.map((x) => x.cpu.gflops_fp32 || 0), 1);
+      return `<div class="bar${mine ? " mine" : ""}" title="${n.node_id}" style="width:${(100 * (n.cpu.gflops_fp32 || 0)) / max}%"></div>`;
+    }).join("");
+    $("standing").innerHTML = `<p>${summary}</p><div class="bars">${bars}</div>`;
+  } catch (err) {
+    $("standing").textContent = `could not load the atlas: ${err.message}`;
+  }
+}
+
+async function join() {
+  $("join").disabled = true;
+  hiddenDuringRun = false;
+  phaseRows();
+  const t0 = performance.now();
+  try {
+    const key = await nodeKey();
+    const py = await phase("python", loadCapsulePython);
+    window.cePython = py; // the same capsule Python as servers; tests compare its bytes with CPython's
+    const nodeId = py.nodeId(key.publicKey);
+    setStatus(`node ${nodeId}${key.created ? " (new key)" : ""}: measuring…`);
+    const { args } = await measure(py, key, nodeId);
+    const result = await phase("report", async () => {
+      const { profile, message } = py.profile(args);
+      profile.sig = b64url(await key.sign(unhex(message)));
+      py.check(profile);
+      return { profile, answer: await postProfile(profile) };
+    });
+    show(result.profile);
+    window.ceProfile = result.profile;
+    window.ceJoinSeconds = (performance.now() - t0) / 1000;
+    if (!result.answer.ok) {
+      setStatus(result.answer.message, result.answer.retry ? "warn" : "error");
+      return;
+    }
+    setStatus(`joined: ${result.answer.status === 201 ? "a new node" : "profile updated"} in ${window.ceJoinSeconds.toFixed(1)} s; live while this tab is open`, "ok");
+    await standing(result.profile);
+    let acks = 0;
+    liveSession(nodeId, key, py, (m) => {
+      if (m.type === "ack") $("live").textContent = `live: ${++acks} heartbeats acknowledged`;
+      if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
+      if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
+    });
+  } catch (err) {
+    setStatus(`stopped: ${err.message}`, "error");
+  } finally {
+    $("join").disabled = false;
+  }
+}
+
+function init() {
+  document.addEventListener("visibilitychange", () => { if (document.hidden) hiddenDuringRun = true; });
+  if (!window.isSecureContext) {
+    setStatus("This page is not a secure context (plain http on a LAN address): browsers then hide WebCrypto and " +
+      "WebGPU. Open the relay through https (e.g. behind a TLS reverse proxy) or on localhost.", "error");
+    $("join").disabled = true;
+    return;
+  }
+  const waiting = pendingProfile();
+  if (waiting) postProfile(waiting).then((r) => setStatus(r.ok ? "a profile kept from an earlier visit was delivered" : r.message, r.ok ? "ok" : "warn"));
+  $("join").addEventListener("click", join);
+  setStatus(`Ready. Pressing Join runs about 20 s of benchmarks on ${navigator.hardwareConcurrency || 1} cores` +
+    `${navigator.gpu ? " and the GPU" : " (no WebGPU here)"}.`);
+}
+
+init();

@@ -1,0 +1,57 @@
+// Talking to the relay: the beacon, posting the signed profile (kept in localStorage and retried when the
+// relay is unreachable), and the live session (signed heartbeats, answers to RTT pings).
+import { b64url, unhex } from "./keys.js";
+
+const OUTBOX = "ce-bench-outbox";
+
+export async function getBeacon() {
+  const resp = await fetch("/beacon", { cache: "no-store" });
+  if (!resp.ok) throw new Error(`the relay answered ${resp.status} for /beacon`);
+  return resp.json();
+}
+
+export async function postProfile(profile) {
+  let resp;
+  try {
+    resp = await fetch("/v1/profiles", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(profile) });
+  } catch (err) {
+    localStorage.setItem(OUTBOX, JSON.stringify(profile));
+    return { ok: false, retry: true, message: `the relay is unreachable (${err.message}); the signed profile is kept and will be sent again` };
+  }
+  const body = await resp.json().catch(() => ({}));
+  if (resp.ok) { localStorage.removeItem(OUTBOX); return { ok: true, status: resp.status, body }; }
+  if (resp.status >= 500 || resp.status === 429) {
+    localStorage.setItem(OUTBOX, JSON.stringify(profile));
+    return { ok: false, retry: true, message: `the relay is busy (${resp.status} ${body.code || ""}); the profile is kept and retried` };
+  }
+  return { ok: false, retry: false, message: `the relay refused the profile: ${body.title || resp.status}${body.detail ? ` — ${body.detail}` : ""}${body.field ? ` (${body.field})` : ""}`, code: body.code };
+}
+
+export function pendingProfile() {
+  const text = localStorage.getItem(OUTBOX);
+  return text ? JSON.parse(text) : null;
+}
+
+export function liveSession(nodeId, key, py, onEvent) {
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/live`;
+  let ws, seq = 0, timer = null, stopped = false;
+  const connect = () => {
+    ws = new WebSocket(url);
+    ws.onmessage = async (event) => {
+      const m = JSON.parse(event.data);
+      if (m.type === "welcome") {
+        const beat = async () => {
+          const body = { node_id: nodeId, session: m.session, seq: seq++, sent_at: Math.floor(Date.now() / 1000) };
+          const sig = b64url(await key.sign(unhex(py.message("Heartbeat", body))));
+          if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "heartbeat", heartbeat: { ...body, sig } }));
+        };
+        await beat();
+        timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
+      } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
+      onEvent(m);
+    };
+    ws.onclose = () => { clearInterval(timer); if (!stopped) setTimeout(connect, 3000); onEvent({ type: "closed" }); };
+  };
+  connect();
+  return { stop() { stopped = true; clearInterval(timer); ws.close(); } };
+}
