@@ -1,0 +1,132 @@
+"""The browser node in real headless Chromium (Debian's, driven by pytest-playwright): the join flow end to
+end against a real relay, WebGPU on SwiftShader and the no-WebGPU path, byte-identical profiles with
+CPython, and the same reference-model tokens as the wasmtime capsule. Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserType, Page
+
+from capsule.canonical import signing_message
+from capsule.signing import verify_record
+from tests.conftest import ROOT, Artifacts, run_cli
+from tests.relay_process import RelayProcess
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+ARTIFACTS = ROOT / "test-artifacts"
+JOIN_DONE = "() => /joined|stopped|refused|unreachable|busy/.test(document.getElementById('status').textContent)"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args() -> dict[str, Any]:
+    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory, artifacts: Artifacts) -> Iterator[RelayProcess]:
+    with RelayProcess(tmp_path_factory.mktemp("browser-relay") / "data") as r:
+        yield r
+
+
+def join(page: Page, relay: RelayProcess) -> dict[str, Any]:
+    page.goto(relay.url + "/")
+    assert "Ready" in page.locator("#status").inner_text()
+    page.click("#join")
+    page.wait_for_function(JOIN_DONE, timeout=120_000)
+    status = page.locator("#status").inner_text()
+    assert status.startswith("joined"), status
+    profile: dict[str, Any] = page.evaluate("() => window.ceProfile")
+    return profile
+
+
+def test_join_flow_with_webgpu(page: Page, relay: RelayProcess) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    profile = join(page, relay)
+    seconds = page.evaluate("() => window.ceJoinSeconds")
+    page.screenshot(path=str(ARTIFACTS / "join-results.png"), full_page=True)
+    # the relay verified it with pynacl; verify again here, and read it back from the atlas
+    verify_record("NodeProfile", profile)
+    status, node, _ = relay.get(f"/v1/nodes/{profile['node_id']}")
+    assert status == 200 and node["profile"] == profile and node["status"]["online"] is True
+    assert profile["runtime"]["kind"] == "browser" and profile["cpu"]["gflops_fp32"] > 0
+    assert profile["cpu"]["mem_bw_gbps"] > 0 and profile["llm"]["tokens_per_sec"] > 0
+    assert profile["storage"]["write_mbps"] > 0, profile["evidence"]["storage"]
+    assert profile["memory"]["available_mb"] is None  # not exposed to pages: null, never a guess
+    gpu, gev = profile["gpus"][0], profile["evidence"]["gpus"][0]
+    assert gpu["backend"] == "webgpu" and gpu["fp32_tflops"] > 0 and gev["fp32_matmul"]["verified"] is True
+    assert gpu["vram_mb"] is None and gev["vram_null_reason"]
+    assert profile["evidence"]["browser"]["cross_origin_isolated"] is True
+    assert profile["evidence"]["browser"]["signer"] == "webcrypto-ed25519"
+    _, stats, _ = relay.get("/stats")
+    assert stats["nodes"] >= 1 and stats["gpus"] >= 1
+    assert seconds < 60
+    # a second visit keeps the node id (the key lives in IndexedDB)
+    again = join(page, relay)
+    assert again["node_id"] == profile["node_id"] and again["measured_at"] >= profile["measured_at"]
+    # the network page shows the scoreboard and this node
+    page.goto(relay.url + "/network.html")
+    page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length > 0", timeout=20_000)
+    assert profile["node_id"][:14] in page.locator("#nodes").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "network.png"), full_page=True)
+
+
+def test_same_bytes_as_cpython_in_the_browser(page: Page, relay: RelayProcess) -> None:
+    profile = join(page, relay)
+    message = page.evaluate("(p) => window.cePython.message('NodeProfile', p)", profile)
+    assert bytes.fromhex(message) == signing_message("NodeProfile", profile)
+
+
+def test_browser_decodes_the_same_tokens_as_wasmtime(page: Page, relay: RelayProcess, wasmtime_cli: Path,
+                                                     artifacts: Artifacts) -> None:
+    profile = join(page, relay)
+    seed = profile["evidence"]["plan"]["seed"]
+    server = json.loads(run_cli(wasmtime_cli, artifacts.capsule, ["--probes", "llm", "--seed", seed]).stdout)
+    assert profile["evidence"]["llm"]["token_ids_sha256"] == server["probes"]["llm"]["token_ids_sha256"]
+
+
+def test_without_webgpu(browser_type: BrowserType, relay: RelayProcess) -> None:
+    browser: Browser = browser_type.launch(executable_path=CHROMIUM, args=FLAGS)  # no --enable-unsafe-webgpu
+    try:
+        page = browser.new_page()
+        profile = join(page, relay)
+        assert profile["gpus"] == []
+        assert any("WebGPU" in note for note in profile["evidence"]["gpu_notes"]), profile["evidence"]["gpu_notes"]
+        assert profile["cpu"]["gflops_fp32"] > 0
+    finally:
+        browser.close()
+
+
+def test_relay_refusal_is_shown(page: Page, relay: RelayProcess) -> None:
+    """A refusal from the relay is shown with its message, never a hanging spinner."""
+    page.goto(relay.url + "/")
+    page.route("**/v1/profiles", lambda route: route.fulfill(
+        status=422, content_type="application/problem+json",
+        body=json.dumps({"type": "x", "title": "the beacon round is too old", "status": 422, "code": "stale_beacon",
+                         "detail": "round 3 was issued 2000 s ago", "field": "$.beacon.round"})))
+    page.click("#join")
+    page.wait_for_function(JOIN_DONE, timeout=120_000)
+    text = page.locator("#status").inner_text()
+    assert "refused the profile: the beacon round is too old" in text and "$.beacon.round" in text
+
+
+def headers_of(url: str, *extra: str) -> str:
+    out = subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null", *extra, url], capture_output=True, text=True,
+                         timeout=30)
+    return out.stdout.lower()
+
+
+def test_bundle_is_served_with_isolation_and_caching(relay: RelayProcess) -> None:
+    lock = headers_of(relay.url + "/pyodide/314.0.8/pyodide-lock.json", "-H", "Accept-Encoding: gzip")
+    assert "200 ok" in lock and "immutable" in lock and "content-encoding: gzip" in lock
+    for path, mime in (("/capsule-reactor.wasm", "application/wasm"), ("/join.js", "text/javascript")):
+        head = headers_of(relay.url + path)
+        assert f"content-type: {mime}" in head and "cross-origin-embedder-policy: require-corp" in head
+        assert "cache-control: no-cache" in head and "etag:" in head
