@@ -7,11 +7,12 @@
     random (25 nodes, 100 +- 10 ms)   ErrorAvg <= 0.046    ErrorMax <= 0.184
 
 Serf checks one seed. Vivaldi's result depends on the random probe schedule, so these tests take the median
-over seeds and hold it to Serf's numbers, with more cycles than Serf's 1000: line and grid 3000 (at 1000 the
-median over seeds is 0.0029 and 0.0016), split 2000 (at 1000: 0.0000602, a hair over 0.000060).
-The random topology is not metric: its threshold here (avg <= 0.06, max <= 0.40) is looser than Serf's, measured as 0.0515 / 0.26 — recorded as a
-gap in BENCHMARKS.md. Heights: nodes in a plane behind access links of 1-20 ms (no Serf counterpart; a
-regression guard at the measured 0.019 / 0.34): avg <= 0.025, max <= 0.40.
+over seeds and hold it to Serf's numbers, with more cycles than Serf's 1000: line and grid 3000 (at 1000
+the median over seeds is 0.0029 and 0.0016), split 2000 (at 1000: 0.0000602, a hair over 0.000060).
+The random topology is not metric: its threshold here (avg <= 0.06, max <= 0.40) is looser than Serf's,
+measured as 0.0515 / 0.26, a gap recorded in BENCHMARKS.md. Heights: nodes in a plane behind access
+links of 1-20 ms (no Serf counterpart; a regression guard at the measured 0.019 / 0.34): avg <= 0.025,
+max <= 0.40.
 """
 
 from __future__ import annotations
