@@ -17,6 +17,10 @@ from capsule.model import NodeProfile
 def ce_node_id(public_hex):
     return peer_id_from_public_key(bytes.fromhex(public_hex))
 
+def ce_public_key(node_id):
+    from capsule.peerid import public_key_from_peer_id
+    return public_key_from_peer_id(node_id).hex()
+
 def ce_plan(beacon_value, node_id):
     plan = plan_from_beacon(beacon_value, node_id, CPU_PROBES)
     s = seed64(plan.seed_hex)
@@ -57,6 +61,7 @@ export async function loadCapsulePython() {
     plan: (beaconValue, nodeId) => JSON.parse(fn("ce_plan")(beaconValue, nodeId)),
     profile: (args) => JSON.parse(fn("ce_profile")(JSON.stringify(args))),
     message: (kind, obj) => fn("ce_message")(kind, JSON.stringify(obj)),
+    publicKeyHex: (nodeId) => fn("ce_public_key")(nodeId),
     check: (profile) => fn("ce_check")(JSON.stringify(profile)),
   };
 }

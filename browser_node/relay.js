@@ -32,6 +32,17 @@ export function pendingProfile() {
   return text ? JSON.parse(text) : null;
 }
 
+async function relaySigned(sample, py) {
+  // never co-sign what the relay did not sign: check sig_b with the relay's key (from its NodeId)
+  try {
+    const key = await crypto.subtle.importKey("raw", unhex(py.publicKeyHex(sample.b)), { name: "Ed25519" }, false, ["verify"]);
+    const sig = Uint8Array.from(atob(sample.sig_b.replaceAll("-", "+").replaceAll("_", "/")), (c) => c.charCodeAt(0));
+    return await crypto.subtle.verify({ name: "Ed25519" }, key, sig, unhex(py.message("LinkSample", sample)));
+  } catch {
+    return false;
+  }
+}
+
 export function liveSession(nodeId, key, py, onEvent) {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/live`;
   let ws, seq = 0, timer = null, stopped = false;
@@ -48,6 +59,15 @@ export function liveSession(nodeId, key, py, onEvent) {
         await beat();
         timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
+      else if (m.type === "cosign") {
+        // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
+        const s = m.sample || {};
+        if (s.a === nodeId && typeof s.rtt_ms === "number" && s.rtt_ms >= 0 && s.rtt_ms <= 60000 &&
+            await relaySigned(s, py)) {
+          const sigA = b64url(await key.sign(unhex(py.message("LinkSample", s))));
+          ws.send(JSON.stringify({ type: "cosigned", sample: { ...s, sig_a: sigA } }));
+        }
+      }
       onEvent(m);
     };
     ws.onclose = () => { clearInterval(timer); if (!stopped) setTimeout(connect, 3000); onEvent({ type: "closed" }); };

@@ -11,7 +11,7 @@ from typing import Any
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
-from capsule.signing import Signer, node_id, sign
+from capsule.signing import Signer, check_signature, default_verify, node_id, sign
 
 
 class LiveSession:
@@ -19,6 +19,7 @@ class LiveSession:
         self.url = relay_url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/") + "/v1/live"
         self.signer = signer
         self.acks = 0
+        self.links = 0
         self.errors: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-session", daemon=True)
@@ -38,6 +39,21 @@ class LiveSession:
             except (OSError, WebSocketException) as exc:
                 self.errors.append({"type": "error", "code": "connection", "detail": str(exc)})
             self._stop.wait(2.0)  # reconnect after a pause
+
+    def _cosign(self, ws: Any, sample: Any, relay_id: str) -> None:
+        """Signs the relay's measurement of this node's link after checking it describes that link."""
+        me = node_id(self.signer)
+        if (not isinstance(sample, dict) or sample.get("a") != me or sample.get("b") != relay_id
+                or not isinstance(sample.get("rtt_ms"), int | float) or not 0 <= sample["rtt_ms"] <= 60_000):
+            self.errors.append({"type": "error", "code": "refused_cosign", "detail": "not a sample of my link"})
+            return
+        try:  # the relay's half first: never co-sign what the relay did not sign
+            check_signature("LinkSample", sample, "sig_b", relay_id, default_verify())
+        except ValueError as exc:
+            self.errors.append({"type": "error", "code": "refused_cosign", "detail": str(exc)})
+            return
+        ws.send(json.dumps({"type": "cosigned", "sample": sign("LinkSample", sample, self.signer, "sig_a")}))
+        self.links += 1
 
     def _session(self) -> None:
         with connect(self.url, open_timeout=10) as ws:
@@ -59,5 +75,7 @@ class LiveSession:
                     ws.send(json.dumps({"type": "pong", "id": message["id"]}))
                 elif message.get("type") == "ack":
                     self.acks += 1
+                elif message.get("type") == "cosign":
+                    self._cosign(ws, message.get("sample"), welcome["relay"])
                 elif message.get("type") == "error":
                     self.errors.append(message)

@@ -73,6 +73,8 @@ def create_app(config: RelayConfig) -> Starlette:
         body = relay.store.profile(node_id)
         if status is None or body is None:
             raise Problem(404, "unknown_node", "no profile of this node is known here", node_id)
+        coord = relay.links.coordinate(node_id)
+        status["coordinate"] = coord.to_json() if coord else None
         return JSONResponse({"profile": json.loads(body), "status": status})
 
     async def atlas(request: Request) -> Response:
@@ -98,10 +100,33 @@ def create_app(config: RelayConfig) -> Starlette:
                             headers={"etag": tag})
 
     async def fabric_stats(request: Request) -> Response:
-        return JSONResponse(relay.atlas.local_stats.snapshot())
+        return JSONResponse({**relay.atlas.local_stats.snapshot(), "mesh": relay.links.mesh()})
 
     async def stats(request: Request) -> Response:
-        return JSONResponse(relay.atlas.global_stats.snapshot())
+        return JSONResponse({**relay.atlas.global_stats.snapshot(), "mesh": relay.links.mesh()})
+
+    async def post_link(request: Request) -> Response:
+        relay.check_ip(client_ip(request))
+        sample = await relay.add_link(await read_body(request, 8192), time.time())
+        return JSONResponse({"a": sample["a"], "b": sample["b"], "status": "stored"}, status_code=201)
+
+    async def netgraph(request: Request) -> Response:
+        nodes = []
+        for node_id in sorted(set(relay.links.nodes) | relay.atlas.live):
+            coord = relay.links.coordinate(node_id)
+            nodes.append({"node_id": node_id, "online": node_id in relay.atlas.live or node_id == relay.relay_id,
+                          "relay": node_id == relay.relay_id, "coordinate": coord.to_json() if coord else None})
+        return JSONResponse({"relay": relay.relay_id, "nodes": nodes, "edges": list(relay.links.links.values())})
+
+    async def netgraph_rtt(request: Request) -> Response:
+        target = node_id_param(request.query_params.get("to", ""))
+        if target not in relay.atlas.nodes and relay.links.coordinate(target) is None:
+            raise Problem(404, "unknown_node", "no such node here", target, "to")
+        link = relay.links.measured(relay.relay_id, target)
+        mine, theirs = relay.links.coordinate(relay.relay_id), relay.links.coordinate(target)
+        return JSONResponse({"from": relay.relay_id, "to": target,
+                             "measured_rtt_ms": link["rtt_ms"] if link else None,
+                             "predicted_rtt_ms": round(mine.distance(theirs), 3) if mine and theirs else None})
 
     async def beacon(request: Request) -> Response:
         return JSONResponse(relay.beacons.latest)
@@ -139,6 +164,7 @@ def create_app(config: RelayConfig) -> Starlette:
                 await asyncio.sleep(config.heartbeat_interval_s)
                 n += 1
                 pings[n] = time.perf_counter()
+                session.pings_sent += 1
                 for old in [k for k in pings if k < n - 10]:
                     del pings[old]
                 await ws.send_json({"type": "ping", "id": n})
@@ -165,6 +191,17 @@ def create_app(config: RelayConfig) -> Starlette:
                         rtt = session.pong((time.perf_counter() - sent) * 1000)
                         if session.node_id:
                             relay.atlas.heartbeat(session.node_id, time.time(), rtt)
+                        body = session.link_body(relay.relay_id, time.time())
+                        if body is not None:
+                            await ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
+                    elif message["type"] == "cosigned":
+                        sample = message.get("sample")
+                        if not isinstance(sample, dict) or sample.get("b") != relay.relay_id:
+                            raise LiveError("invalid_message", "cosigned needs the sample this relay sent")
+                        try:
+                            await relay.add_link(json.dumps(sample).encode(), time.time())
+                        except Problem as problem:
+                            raise LiveError(problem.code, problem.detail or problem.title) from None
                     else:
                         raise LiveError("unknown_type", f"unknown message type {message['type'][:40]!r}")
                 except LiveError as exc:
@@ -197,6 +234,8 @@ def create_app(config: RelayConfig) -> Starlette:
 
     routes: list[Any] = [
         Route("/v1/profiles", post_profile, methods=["POST"]), Route("/v1/nodes/{node_id}", get_node),
+        Route("/v1/links", post_link, methods=["POST"]), Route("/netgraph", netgraph),
+        Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         WebSocketRoute("/v1/live", live)]

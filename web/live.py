@@ -5,6 +5,9 @@ node -> relay  {"type": "heartbeat", "heartbeat": Heartbeat}   signed (capsule.m
 relay -> node  {"type": "ack", "seq": N}
 relay -> node  {"type": "ping", "id": N}          every heartbeat interval
 node -> relay  {"type": "pong", "id": N}          the relay measures RTT (EWMA) from it
+relay -> node  {"type": "cosign", "sample": LinkSample}   the node <-> relay edge measured from pings, signed
+                                                        by the relay (sig_b); the node checks and signs it:
+node -> relay  {"type": "cosigned", "sample": LinkSample} with sig_a: the relay stores the co-signed edge
 relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
 relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after too many, the relay closes (1008)
 """
@@ -12,7 +15,7 @@ relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after too many
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from capsule.signing import SignatureError, verify_record
@@ -32,6 +35,9 @@ class LiveError(Exception):
         return {"type": "error", "code": self.code, "detail": self.detail}
 
 
+SAMPLES_PER_LINK = 3  # pongs behind each co-signed LinkSample
+
+
 @dataclass
 class Session:
     session: str
@@ -39,6 +45,9 @@ class Session:
     last_seq: int = -1
     rtt_ms: float | None = None
     errors: int = 0
+    rtt_samples: list[float] = field(default_factory=list)
+    pings_sent: int = 0
+    pongs: int = 0
 
     def heartbeat(self, heartbeat: Any) -> str:
         """Verifies a heartbeat for this session; returns the node id or raises LiveError."""
@@ -59,8 +68,24 @@ class Session:
         return str(heartbeat["node_id"])
 
     def pong(self, rtt_ms: float) -> float:
+        self.pongs += 1
+        self.rtt_samples.append(rtt_ms)
         self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms
         return self.rtt_ms
+
+    def link_body(self, relay_id: str, now: float) -> dict[str, Any] | None:
+        """An unsigned LinkSample node <-> relay once enough pongs arrived (then the window restarts):
+        rtt = median, jitter = mean absolute difference of successive samples, loss = unanswered pings."""
+        if self.node_id is None or len(self.rtt_samples) < SAMPLES_PER_LINK:
+            return None
+        samples = self.rtt_samples
+        ordered = sorted(samples)
+        jitter = sum(abs(x - y) for x, y in zip(samples, samples[1:], strict=False)) / max(1, len(samples) - 1)
+        loss = max(0.0, 1.0 - self.pongs / self.pings_sent) if self.pings_sent else 0.0
+        self.rtt_samples, self.pongs, self.pings_sent = [], 0, 0
+        return {"a": self.node_id, "b": relay_id, "rtt_ms": round(ordered[len(ordered) // 2], 3),
+                "jitter_ms": round(jitter, 3), "loss": round(min(loss, 1.0), 3), "bw_mbps": None,
+                "measured_at": int(now)}
 
 
 def parse_message(text: str | bytes) -> dict[str, Any]:

@@ -10,11 +10,15 @@ import secrets
 import time
 from typing import Any
 
+from capsule.peerid import PeerIdError
+from capsule.signing import SignatureError, sign, verify_record
+from capsule.typed import ValidationError
 from host_runner.keys import load_or_create
 from web.atlas import Atlas
 from web.beacon import next_round
 from web.config import RelayConfig
-from web.ingest import BeaconBook, Ingest
+from web.ingest import BeaconBook, Ingest, parse_json
+from web.links import LinkBook
 from web.metrics import Metrics
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
@@ -35,6 +39,7 @@ class Relay:
         self.ingest = Ingest(config, self.atlas, self.beacons)
         self.ip_limits = TokenBuckets(config.ip_rate_per_s, config.ip_burst)
         self.metrics = Metrics()
+        self.links = LinkBook()
         self.cluster: Any = None  # web.cluster.Cluster when --nats is given
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
@@ -48,6 +53,8 @@ class Relay:
             loaded += 1
         for body in self.store.beacons():
             self.beacons.add(json.loads(body))
+        for body in self.store.all_links():
+            self.links.add(json.loads(body))
         await self.issue_beacon()
         self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep))]
@@ -123,6 +130,37 @@ class Relay:
             self.cluster.publish_profile(node_id, profile["measured_at"], body)
         return (200 if replaced else 201), {"node_id": node_id, "measured_at": profile["measured_at"],
                                             "status": "replaced" if replaced else "stored"}
+
+    def sign_link(self, body: dict[str, Any]) -> dict[str, Any]:
+        return sign("LinkSample", body, self.key, "sig_b")
+
+    async def add_link(self, body: bytes, now: float) -> dict[str, Any]:
+        """Verifies a co-signed LinkSample (POST /v1/links, or the node's answer on a live session) and
+        stores it; raises Problem naming what is wrong."""
+        sample: dict[str, Any] = parse_json(body)
+        try:
+            verify_record("LinkSample", sample)
+        except ValidationError as exc:
+            raise Problem(422, "invalid_field", "a field of the link sample is invalid", str(exc), exc.path) from None
+        except SignatureError as exc:
+            raise Problem(422, "bad_signature", "both endpoints must sign the link sample", str(exc),
+                          f"$.{exc.field}") from None
+        except PeerIdError as exc:  # pragma: no cover - the schema checks NodeIds first
+            raise Problem(422, "invalid_field", "not a NodeId", str(exc)) from None
+        if sample["rtt_ms"] > 60_000:
+            raise Problem(422, "absurd_rtt", "the RTT is not plausible", f"{sample['rtt_ms']} ms > 60000 ms",
+                          "$.rtt_ms")
+        if sample["measured_at"] > now + self.config.clock_skew_s:
+            raise Problem(422, "measured_in_future", "measured_at is in the future", str(sample["measured_at"]),
+                          "$.measured_at")
+        for end in ("a", "b"):
+            if sample[end] != self.relay_id and sample[end] not in self.atlas.nodes:
+                raise Problem(422, "unknown_node", "an endpoint has no profile at this relay",
+                              f"{sample[end]} (post its NodeProfile first)", f"$.{end}")
+        await self.store.write(Store.put_link_op(sample["a"], sample["b"], sample["measured_at"],
+                                                 json.dumps(sample).encode()))
+        self.links.add(sample)
+        return sample
 
     def new_session_id(self) -> str:
         return secrets.token_hex(16)

@@ -22,6 +22,13 @@ CREATE TABLE IF NOT EXISTS profiles (
     body BLOB NOT NULL,            -- the signed profile as received (JSON)
     synced INTEGER NOT NULL DEFAULT 0  -- 1 once published to the cluster (NATS)
 );
+CREATE TABLE IF NOT EXISTS links (
+    a TEXT NOT NULL,
+    b TEXT NOT NULL,
+    measured_at INTEGER NOT NULL,
+    body BLOB NOT NULL,        -- the co-signed LinkSample (JSON)
+    PRIMARY KEY (a, b)
+);
 CREATE TABLE IF NOT EXISTS beacons (
     round INTEGER PRIMARY KEY,
     body BLOB NOT NULL
@@ -123,6 +130,20 @@ class Store:
             conn.execute("INSERT OR REPLACE INTO beacons (round, body) VALUES (?, ?)", (round_no, body))
             conn.execute("DELETE FROM beacons WHERE round <= ?", (round_no - keep,))
         return op
+
+    @staticmethod
+    def put_link_op(a: str, b: str, measured_at: int, body: bytes) -> Op:
+        key = (a, b) if a < b else (b, a)
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO links (a, b, measured_at, body) VALUES (?, ?, ?, ?) ON CONFLICT(a, b) DO UPDATE SET "
+                "measured_at=excluded.measured_at, body=excluded.body WHERE excluded.measured_at >= links.measured_at",
+                (*key, measured_at, body))
+        return op
+
+    def all_links(self) -> list[bytes]:
+        return [bytes(r[0]) for r in self._reader.execute("SELECT body FROM links ORDER BY measured_at")]
 
     def all_profiles(self) -> Iterator[tuple[str, int, str, bytes, bool]]:
         yield from self._reader.execute("SELECT node_id, measured_at, origin, body, synced FROM profiles")

@@ -1,0 +1,104 @@
+"""Measured edges: co-signed LinkSamples from live sessions and POST /v1/links, Vivaldi coordinates at the
+relay, /netgraph, and the Fabric Map SDK answering the whole contract against a live relay."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capsule.signing import sign, verify_record
+from fabric import FabricMap, UnknownNode
+from host_runner.keys import NodeKey
+from host_runner.live_client import LiveSession
+from tests.relay_process import RelayProcess
+from tests.samples import sample_profile
+
+
+def register(relay: RelayProcess) -> NodeKey:
+    _, beacon, _ = relay.get("/beacon")
+    key, profile = sample_profile(beacon=beacon)
+    assert relay.post("/v1/profiles", profile)[0] == 201
+    return key
+
+
+def link(a: NodeKey, b: NodeKey, signer_b: NodeKey | None = None, **changes: Any) -> dict[str, Any]:
+    body = {"a": a.node_id, "b": b.node_id, "rtt_ms": 12.5, "jitter_ms": 0.4, "loss": 0.0, "bw_mbps": 940.0,
+            "measured_at": int(time.time())}
+    body.update(changes)
+    return sign("LinkSample", sign("LinkSample", body, a, "sig_a"), signer_b or b, "sig_b")
+
+
+def test_live_session_produces_cosigned_links_and_coordinates(tmp_path: Path) -> None:
+    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.3") as relay:
+        key = register(relay)
+        session = LiveSession(relay.url, key).start()
+        try:
+            deadline = time.monotonic() + 20
+            while session.links < 2:
+                assert time.monotonic() < deadline, f"no co-signed link: {session.errors}"
+                time.sleep(0.1)
+        finally:
+            session.stop()
+        _, graph, _ = relay.get("/netgraph")
+        edges = [e for e in graph["edges"] if e["a"] == key.node_id]
+        assert len(edges) == 1 and edges[0]["b"] == graph["relay"]
+        verify_record("LinkSample", edges[0])  # both signatures
+        assert 0 <= edges[0]["rtt_ms"] < 1000 and edges[0]["loss"] <= 1
+        _, node, _ = relay.get(f"/v1/nodes/{key.node_id}")
+        assert len(node["status"]["coordinate"]["vec"]) == 8
+        _, rtt, _ = relay.get(f"/netgraph/rtt?to={key.node_id}")
+        assert rtt["measured_rtt_ms"] == edges[0]["rtt_ms"] and rtt["predicted_rtt_ms"] is not None
+        time.sleep(2.1)  # the mesh block refreshes at most every 2 s
+        _, stats, _ = relay.get("/stats")
+        assert stats["mesh"]["median_rtt_ms"] == edges[0]["rtt_ms"]
+        assert stats["mesh"]["reachable_frac"] == 1.0 and stats["mesh"]["regions"] >= 1
+    with RelayProcess(tmp_path / "data") as relay:  # links and coordinates survive a restart
+        _, graph, _ = relay.get("/netgraph")
+        assert any(e["a"] == key.node_id for e in graph["edges"])
+
+
+def test_post_links_and_refusals(tmp_path: Path) -> None:
+    with RelayProcess(tmp_path / "data") as relay:
+        a, b = register(relay), register(relay)
+        status, body = relay.post("/v1/links", link(a, b))
+        assert status == 201, body
+        cases = [
+            (link(a, b, signer_b=a), "bad_signature", "$.sig_b"),          # one-sided: a signed both halves
+            (link(a, b, signer_b=NodeKey.generate()), "bad_signature", "$.sig_b"),  # forged
+            (link(a, a), "invalid_field", "$.b"),                             # self-link
+            (link(a, b, rtt_ms=-1.0), "invalid_field", "$.rtt_ms"),
+            (link(a, b, rtt_ms=100_000.0), "absurd_rtt", "$.rtt_ms"),
+            (link(a, NodeKey.generate()), "unknown_node", "$.b"),
+            (link(a, b, measured_at=int(time.time()) + 3600), "measured_in_future", "$.measured_at"),
+        ]
+        for sample, code, field in cases:
+            status, body = relay.post("/v1/links", sample)
+            assert (status, body["code"], body.get("field")) == (422, code, field), (code, body)
+        assert relay.post("/v1/links", b"[1,2")[1]["code"] == "invalid_json"
+        assert relay.get("/netgraph/rtt?to=nope")[1]["code"] == "invalid_node_id"
+        assert relay.get(f"/netgraph/rtt?to={NodeKey.generate().node_id}")[0] == 404
+
+
+def test_sdk_answers_the_contract_against_a_live_relay(tmp_path: Path) -> None:
+    with RelayProcess(tmp_path / "data") as relay:
+        a, b, c = register(relay), register(relay), register(relay)
+        for x, y, rtt in ((a, b, 10.0), (b, c, 20.0), (a, c, 50.0)):
+            for _ in range(4):
+                assert relay.post("/v1/links", link(x, y, rtt_ms=rtt))[0] == 201
+        fmap = FabricMap.from_relay(relay.url)
+        assert fmap.measured_rtt(a.node_id, b.node_id) == 10.0 and fmap.bandwidth(a.node_id, b.node_id) == 940.0
+        assert fmap.shortest_path(a.node_id, c.node_id) == [a.node_id, b.node_id, c.node_id]
+        assert fmap.predicted_rtt(a.node_id, b.node_id) > 0
+        assert fmap.k_nearest(a.node_id, 2)[0] in (b.node_id, c.node_id)
+        assert sorted(n for r in fmap.regions() for n in r) == sorted(fmap.node_ids)
+        assert fmap.profile(c.node_id)["node_id"] == c.node_id
+        snap = fmap.snapshot()
+        assert len(snap["profiles"]) == 3 and len(snap["links"]) == 3
+        stats = fmap.stats()
+        assert stats["nodes"] == 3 and stats["mesh"]["median_rtt_ms"] == 20.0
+        assert stats["mesh"]["reachable_frac"] == 1.0
+        with pytest.raises(UnknownNode):
+            fmap.predicted_rtt(a.node_id, NodeKey.generate().node_id)
