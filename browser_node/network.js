@@ -40,5 +40,68 @@ async function refresh() {
   }
 }
 
-refresh();
-setInterval(refresh, 2000);
+const COLOURS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#6e7781"];
+let profiles = new Map();
+
+function drawGraph(graph) {
+  const canvas = $("graph"), ctx = canvas.getContext("2d");
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  const placed = graph.nodes.filter((n) => n.coordinate);
+  window.ceGraph = { nodes: placed.length, edges: graph.edges.length };
+  if (!placed.length) {
+    ctx.fillStyle = "#57606a";
+    ctx.font = "15px system-ui";
+    ctx.fillText("no measured links yet: nodes appear once their live session has co-signed a link sample", 20, 40);
+    return;
+  }
+  // Vivaldi coordinates in ms; a short force-directed pass spreads nodes that sit on top of each other
+  const pos = new Map(placed.map((n) => [n.node_id, { x: n.coordinate.vec[0], y: n.coordinate.vec[1] }]));
+  for (let it = 0; it < 60; it++) {
+    for (const a of pos.values()) for (const b of pos.values()) {
+      if (a === b) continue;
+      const dx = a.x - b.x, dy = a.y - b.y, d2 = dx * dx + dy * dy + 0.01;
+      if (d2 < 4) { a.x += dx / d2 * 0.2; a.y += dy / d2 * 0.2; }
+    }
+  }
+  const xs = [...pos.values()].map((p) => p.x), ys = [...pos.values()].map((p) => p.y);
+  const minX = Math.min(...xs), maxX = Math.max(...xs), minY = Math.min(...ys), maxY = Math.max(...ys);
+  const scale = Math.min((canvas.width - 80) / Math.max(maxX - minX, 1), (canvas.height - 80) / Math.max(maxY - minY, 1));
+  const at = (id) => { const p = pos.get(id); return p && [40 + (p.x - minX) * scale, 40 + (p.y - minY) * scale]; };
+  ctx.strokeStyle = "#8c959f"; ctx.fillStyle = "#57606a"; ctx.font = "11px system-ui";
+  for (const e of graph.edges) {
+    const a = at(e.a), b = at(e.b);
+    if (!a || !b) continue;
+    ctx.beginPath(); ctx.moveTo(...a); ctx.lineTo(...b); ctx.stroke();
+    ctx.fillText(`${e.rtt_ms.toFixed(1)} ms`, (a[0] + b[0]) / 2 + 4, (a[1] + b[1]) / 2 - 4);
+  }
+  for (const n of placed) {
+    const [x, y] = at(n.node_id);
+    const gflops = profiles.get(n.node_id)?.cpu?.gflops_fp32 || 0;
+    const r = n.relay ? 9 : 5 + Math.sqrt(gflops) * 0.8;
+    ctx.fillStyle = COLOURS[(n.region ?? 0) % COLOURS.length];
+    ctx.globalAlpha = n.online ? 1 : 0.35;
+    if (n.relay) ctx.fillRect(x - r, y - r, 2 * r, 2 * r);
+    else { ctx.beginPath(); ctx.arc(x, y, r, 0, 2 * Math.PI); ctx.fill(); }
+    ctx.globalAlpha = 1;
+  }
+}
+
+async function refreshGraph() {
+  try {
+    const graph = await (await fetch("/netgraph", { cache: "no-store" })).json();
+    drawGraph(graph);
+  } catch (err) {
+    $("updated").textContent = `the relay did not answer /netgraph (${err.message})`;
+  }
+}
+
+const originalRefresh = refresh;
+async function refreshAll() {
+  await originalRefresh();
+  const page = await fetch("/atlas?limit=1000").then((r) => r.json()).catch(() => ({ nodes: [] }));
+  profiles = new Map(page.nodes.map((n) => [n.node_id, n]));
+  await refreshGraph();
+}
+
+refreshAll();
+setInterval(refreshAll, 2000);

@@ -5,6 +5,7 @@ CPython, and the same reference-model tokens as the wasmtime capsule. Screenshot
 from __future__ import annotations
 
 import json
+import time
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +131,32 @@ def test_bundle_is_served_with_isolation_and_caching(relay: RelayProcess) -> Non
         head = headers_of(relay.url + path)
         assert f"content-type: {mime}" in head and "cross-origin-embedder-policy: require-corp" in head
         assert "cache-control: no-cache" in head and "etag:" in head
+
+
+def test_network_graph_of_a_multi_node_run(page: Page, tmp_path: Path) -> None:
+    """Four server nodes with live sessions co-sign their links; /network.html draws the graph."""
+    from host_runner.live_client import LiveSession
+    from tests.samples import sample_profile
+
+    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.3") as r:
+        _, beacon, _ = r.get("/beacon")
+        sessions = []
+        for gflops in (20.0, 40.0, 80.0, 160.0):
+            key, profile = sample_profile(beacon=beacon, gflops=gflops)
+            assert r.post("/v1/profiles", profile)[0] == 201
+            sessions.append(LiveSession(r.url, key).start())
+        try:
+            deadline = time.monotonic() + 30
+            while min(s.links for s in sessions) < 1:
+                assert time.monotonic() < deadline, [s.errors for s in sessions]
+                time.sleep(0.2)
+            page.goto(r.url + "/network.html")
+            page.wait_for_function("() => window.ceGraph && window.ceGraph.nodes >= 5 && window.ceGraph.edges >= 4",
+                                   timeout=20_000)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "network-graph.png"), full_page=True)
+            _, stats, _ = r.get("/stats")
+            assert stats["nodes"] == 4
+        finally:
+            for s in sessions:
+                s.stop()

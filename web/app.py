@@ -111,11 +111,13 @@ def create_app(config: RelayConfig) -> Starlette:
         return JSONResponse({"a": sample["a"], "b": sample["b"], "status": "stored"}, status_code=201)
 
     async def netgraph(request: Request) -> Response:
+        relay.links.mesh()  # refreshes regions when due
         nodes = []
         for node_id in sorted(set(relay.links.nodes) | relay.atlas.live):
             coord = relay.links.coordinate(node_id)
             nodes.append({"node_id": node_id, "online": node_id in relay.atlas.live or node_id == relay.relay_id,
-                          "relay": node_id == relay.relay_id, "coordinate": coord.to_json() if coord else None})
+                          "relay": node_id == relay.relay_id, "coordinate": coord.to_json() if coord else None,
+                          "region": relay.links.region_of.get(node_id)})
         return JSONResponse({"relay": relay.relay_id, "nodes": nodes, "edges": list(relay.links.links.values())})
 
     async def netgraph_rtt(request: Request) -> Response:

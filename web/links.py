@@ -20,6 +20,7 @@ class LinkBook:
         self._mesh: dict[str, Any] = {"median_rtt_ms": None, "reachable_frac": None, "regions": None}
         self._mesh_at = 0.0
         self._dirty = False
+        self.region_of: dict[str, int] = {}
 
     def _node(self, node_id: str) -> VivaldiNode:
         if node_id not in self.nodes:
@@ -59,7 +60,9 @@ class LinkBook:
     def mesh(self, now: float | None = None) -> dict[str, Any]:
         now = time.monotonic() if now is None else now
         if self._dirty and now - self._mesh_at >= MESH_REFRESH_S:
-            self._mesh = self.fabric_map().mesh()
+            fmap = self.fabric_map()
+            self._mesh = fmap.mesh()
+            self.region_of = {node: i for i, region in enumerate(fmap.regions()) for node in region}
             self._mesh_at = now
             self._dirty = False
         return self._mesh
