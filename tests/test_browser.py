@@ -5,8 +5,8 @@ CPython, and the same reference-model tokens as the wasmtime capsule. Screenshot
 from __future__ import annotations
 
 import json
-import time
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
