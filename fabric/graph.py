@@ -45,6 +45,8 @@ class FabricMap:
         self._vec = np.array([coords[n].vec for n in self._ids], dtype=np.float64).reshape(len(self._ids), dims)
         self._height = np.array([coords[n].height for n in self._ids], dtype=np.float64)
         self._adjust = np.array([coords[n].adjustment for n in self._ids], dtype=np.float64)
+        self._norm2 = (self._vec * self._vec).sum(axis=1)  # |x|^2 per node: distances by one matrix-vector product
+        self._height_adjust = self._height + self._adjust
         self._coords = coords
         self._edges: dict[str, dict[str, Mapping[str, Any]]] = {}
         for link in links:
@@ -99,10 +101,20 @@ class FabricMap:
     def predicted_from(self, node: str) -> np.ndarray:
         """Predicted RTT (ms) from `node` to every node, in the order of `self.node_ids`."""
         c = self._coord(node)
-        raw = np.sqrt(((self._vec - np.asarray(c.vec)) ** 2).sum(axis=1)) + self._height + c.height
-        adjusted = raw + self._adjust + c.adjustment
-        out: np.ndarray = np.where(adjusted > 0, adjusted, raw)
-        return out
+        q = np.asarray(c.vec, dtype=np.float64)
+        dist = self._vec @ q  # |x - q| = sqrt(|x|^2 - 2 x.q + |q|^2), in place to spare temporaries
+        dist *= -2.0
+        dist += self._norm2
+        dist += float(q @ q)
+        np.maximum(dist, 0.0, out=dist)
+        np.sqrt(dist, out=dist)
+        euclid = dist.copy()
+        dist += self._height_adjust
+        dist += c.height + c.adjustment
+        bad = dist <= 0  # Serf: a non-positive adjusted distance falls back to the raw one
+        if bad.any():
+            dist[bad] = euclid[bad] + self._height[bad] + c.height
+        return dist
 
     @property
     def node_ids(self) -> list[str]:
