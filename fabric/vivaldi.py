@@ -111,3 +111,22 @@ class VivaldiNode:
             raise CoordinateError("the update produced a non-finite coordinate; it was reset")
         self.updates += 1
         return c
+
+
+def coordinates_from_links(links: list[dict[str, object]], cycles: int = 200, seed: int = 0,
+                           config: VivaldiConfig = DEFAULT) -> dict[str, Coordinate]:
+    """Coordinates for every endpoint of a set of measured LinkSamples: the samples are replayed in a
+    seeded random order `cycles` times, each moving both endpoints (as a relay does when they arrive)."""
+    rng = random.Random(seed)
+    nodes: dict[str, VivaldiNode] = {}
+    order = list(links)
+    for _ in range(cycles):
+        rng.shuffle(order)
+        for link in order:
+            a, b, rtt = str(link["a"]), str(link["b"]), float(link["rtt_ms"])  # type: ignore[arg-type]
+            na = nodes.setdefault(a, VivaldiNode(config, seed=rng.randrange(1 << 30)))
+            nb = nodes.setdefault(b, VivaldiNode(config, seed=rng.randrange(1 << 30)))
+            before = Coordinate(list(na.coord.vec), na.coord.error, na.coord.adjustment, na.coord.height)
+            na.update(b, nb.coord, rtt)
+            nb.update(a, before, rtt)
+    return {node: v.coord for node, v in nodes.items()}
