@@ -48,7 +48,12 @@ export function liveSession(nodeId, key, py, onEvent) {
   let ws, seq = 0, timer = null, stopped = false;
   const connect = () => {
     ws = new WebSocket(url);
+    ws.binaryType = "arraybuffer";
     ws.onmessage = async (event) => {
+      if (typeof event.data !== "string") { // the relay's bandwidth probe: acknowledge at once
+        ws.send(JSON.stringify({ type: "bw_ack", n: event.data.byteLength }));
+        return;
+      }
       const m = JSON.parse(event.data);
       if (m.type === "welcome") {
         const beat = async () => {

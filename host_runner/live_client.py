@@ -68,9 +68,13 @@ class LiveSession:
                     seq += 1
                     next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
                 try:
-                    message = json.loads(ws.recv(timeout=0.5))
+                    frame = ws.recv(timeout=0.5)
                 except TimeoutError:
                     continue
+                if isinstance(frame, bytes):  # the relay's bandwidth probe: acknowledge at once
+                    ws.send(json.dumps({"type": "bw_ack", "n": len(frame)}))
+                    continue
+                message = json.loads(frame)
                 if message.get("type") == "ping":
                     ws.send(json.dumps({"type": "pong", "id": message["id"]}))
                 elif message.get("type") == "ack":

@@ -36,13 +36,17 @@ def test_live_session_produces_cosigned_links_and_coordinates(tmp_path: Path) ->
         key = register(relay)
         session = LiveSession(relay.url, key).start()
         try:
-            deadline = time.monotonic() + 20
-            while session.links < 2:
-                assert time.monotonic() < deadline, f"no co-signed link: {session.errors}"
-                time.sleep(0.1)
+            deadline = time.monotonic() + 30
+            while True:  # until a co-signed sample carries a bandwidth estimate (probed at random pings)
+                _, graph, _ = relay.get("/netgraph")
+                mine = [e for e in graph["edges"] if e["a"] == key.node_id]
+                if session.links >= 2 and mine and mine[0]["bw_mbps"] is not None:
+                    break
+                assert time.monotonic() < deadline, f"no co-signed link with bandwidth: {session.errors}"
+                time.sleep(0.2)
         finally:
             session.stop()
-        _, graph, _ = relay.get("/netgraph")
+        assert mine[0]["bw_mbps"] > 0
         edges = [e for e in graph["edges"] if e["a"] == key.node_id]
         assert len(edges) == 1 and edges[0]["b"] == graph["relay"]
         verify_record("LinkSample", edges[0])  # both signatures

@@ -8,6 +8,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from capsule.peerid import PeerIdError, public_key_from_peer_id
 from web.config import RelayConfig
-from web.live import LiveError, Session, parse_message
+from web.live import BW_PROBE_BYTES, BW_PROBE_CHANCE, LiveError, Session, parse_message
 from web.openapi import document
 from web.problems import Problem
 from web.relay import Relay
@@ -159,6 +161,7 @@ def create_app(config: RelayConfig) -> Starlette:
         await ws.send_json({"type": "welcome", "relay": relay.relay_id, "session": session.session,
                             "heartbeat_interval_s": config.heartbeat_interval_s})
         pings: dict[int, float] = {}
+        probe_rng = random.Random()
 
         async def pinger() -> None:
             n = 0
@@ -170,6 +173,9 @@ def create_app(config: RelayConfig) -> Starlette:
                 for old in [k for k in pings if k < n - 10]:
                     del pings[old]
                 await ws.send_json({"type": "ping", "id": n})
+                if session.node_id and session.bw_sent_at is None and probe_rng.random() < BW_PROBE_CHANCE:
+                    session.bw_sent_at = time.perf_counter()
+                    await ws.send_bytes(os.urandom(BW_PROBE_BYTES))
 
         ping_task = asyncio.create_task(pinger())
         try:
@@ -196,6 +202,8 @@ def create_app(config: RelayConfig) -> Starlette:
                         body = session.link_body(relay.relay_id, time.time())
                         if body is not None:
                             await ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
+                    elif message["type"] == "bw_ack":
+                        session.bw_ack(message.get("n"), time.perf_counter())
                     elif message["type"] == "cosigned":
                         sample = message.get("sample")
                         if not isinstance(sample, dict) or sample.get("b") != relay.relay_id:

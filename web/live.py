@@ -8,6 +8,8 @@ node -> relay  {"type": "pong", "id": N}          the relay measures RTT (EWMA) 
 relay -> node  {"type": "cosign", "sample": LinkSample}   the node <-> relay edge measured from pings, signed
                                                         by the relay (sig_b); the node checks and signs it:
 node -> relay  {"type": "cosigned", "sample": LinkSample} with sig_a: the relay stores the co-signed edge
+relay -> node  a binary frame of BW_PROBE_BYTES, now and then (randomised): the bandwidth probe
+node -> relay  {"type": "bw_ack", "n": BYTES}   at once; bw = 8 n / (time to ack - RTT)
 relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
 relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after too many, the relay closes (1008)
 """
@@ -36,6 +38,8 @@ class LiveError(Exception):
 
 
 SAMPLES_PER_LINK = 3  # pongs behind each co-signed LinkSample
+BW_PROBE_BYTES = 256 * 1024  # a timed transfer: big enough to dwarf the RTT on LANs, small for phones
+BW_PROBE_CHANCE = 0.25  # per ping: bandwidth is probed less often than RTT, at random moments
 
 
 @dataclass
@@ -48,6 +52,8 @@ class Session:
     rtt_samples: list[float] = field(default_factory=list)
     pings_sent: int = 0
     pongs: int = 0
+    bw_sent_at: float | None = None
+    bw_mbps: float | None = None
 
     def heartbeat(self, heartbeat: Any) -> str:
         """Verifies a heartbeat for this session; returns the node id or raises LiveError."""
@@ -73,6 +79,17 @@ class Session:
         self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms
         return self.rtt_ms
 
+    def bw_ack(self, n: Any, now: float) -> float | None:
+        """Completes a bandwidth probe (now in perf_counter seconds); Mbit/s, or None if it makes no sense."""
+        if self.bw_sent_at is None or n != BW_PROBE_BYTES:
+            raise LiveError("unexpected_bw_ack", "no bandwidth probe of that size is outstanding")
+        transfer_s = now - self.bw_sent_at - (self.rtt_ms or 0.0) / 1000
+        self.bw_sent_at = None
+        if transfer_s <= 0:
+            return None  # faster than the timer can tell: no figure rather than an infinite one
+        self.bw_mbps = round(8 * BW_PROBE_BYTES / transfer_s / 1e6, 1)
+        return self.bw_mbps
+
     def link_body(self, relay_id: str, now: float) -> dict[str, Any] | None:
         """An unsigned LinkSample node <-> relay once enough pongs arrived (then the window restarts):
         rtt = median, jitter = mean absolute difference of successive samples, loss = unanswered pings."""
@@ -83,8 +100,9 @@ class Session:
         jitter = sum(abs(x - y) for x, y in zip(samples, samples[1:], strict=False)) / max(1, len(samples) - 1)
         loss = max(0.0, 1.0 - self.pongs / self.pings_sent) if self.pings_sent else 0.0
         self.rtt_samples, self.pongs, self.pings_sent = [], 0, 0
+        bw = self.bw_mbps  # the latest estimate: bandwidth is probed less often than RTT
         return {"a": self.node_id, "b": relay_id, "rtt_ms": round(ordered[len(ordered) // 2], 3),
-                "jitter_ms": round(jitter, 3), "loss": round(min(loss, 1.0), 3), "bw_mbps": None,
+                "jitter_ms": round(jitter, 3), "loss": round(min(loss, 1.0), 3), "bw_mbps": bw,
                 "measured_at": int(now)}
 
 
