@@ -210,7 +210,7 @@ function init() {
   document.addEventListener("visibilitychange", () => { if (document.hidden) hiddenDuringRun = true; });
   if (!window.isSecureContext) {
     setStatus("This page is not a secure context (plain http on a LAN address): browsers then hide WebCrypto and " +
-      "WebGPU. Open the relay through https (e.g. behind a TLS reverse proxy) or on localhost.", "error");
+      "WebGPU. Start the relay with `ce-bench up --host 0.0.0.0 --tls` and open the https:// address it prints (accept its self-signed certificate once), or open this page on localhost.", "error");
     $("join").disabled = true;
     return;
   }

@@ -211,6 +211,8 @@ def relay_options(fn: Any) -> Any:
         click.option("--beacon-interval", type=click.FloatRange(0.1), help="seconds between beacon rounds [10]"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
+        click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
+                     "(browsers on other devices need https for WebCrypto and WebGPU)"),
     ]):
         fn = option(fn)
     return fn
@@ -222,7 +224,18 @@ def _config_from(host: str, port: int, data_dir: Path, nats: str | None, ip_rate
                         heartbeat_interval_s=heartbeat_interval, beacon_interval_s=beacon_interval)
 
 
-def serve(config: Any, log_level: str) -> None:
+def tls_files(config: Any, tls: bool) -> tuple[Path, Path] | None:
+    if not tls:
+        return None
+    from host_runner.tls import TlsError, self_signed
+
+    try:
+        return self_signed(config.data_dir, config.host)
+    except TlsError as exc:
+        raise UserError(str(exc)) from None
+
+
+def serve(config: Any, log_level: str, tls: tuple[Path, Path] | None = None) -> None:
     import uvicorn
 
     from web import logs
@@ -231,7 +244,8 @@ def serve(config: Any, log_level: str) -> None:
     logs.configure(log_level)
     try:
         uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
-                    access_log=False)
+                    access_log=False, ssl_certfile=str(tls[0]) if tls else None,
+                    ssl_keyfile=str(tls[1]) if tls else None)
     except OSError as exc:
         raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None
 
@@ -239,11 +253,12 @@ def serve(config: Any, log_level: str) -> None:
 @main.command("relay")
 @relay_options
 def relay_cmd(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None, node_rate: float | None,
-              heartbeat_interval: float | None, beacon_interval: float | None, log_level: str) -> None:
+              heartbeat_interval: float | None, beacon_interval: float | None, log_level: str, tls: bool) -> None:
     """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
     config = _config_from(host, port, data_dir, nats, ip_rate, node_rate, heartbeat_interval, beacon_interval)
-    click.echo(f"ce-bench relay on http://{host}:{port} (data in {data_dir})", err=True)
-    serve(config, log_level)
+    files = tls_files(config, tls)
+    click.echo(f"ce-bench relay on {'https' if files else 'http'}://{host}:{port} (data in {data_dir})", err=True)
+    serve(config, log_level, files)
 
 
 @main.command("up")
@@ -251,7 +266,7 @@ def relay_cmd(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: f
 @click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True)
 @click.option("--no-gpu", is_flag=True)
 def up(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None, node_rate: float | None,
-       heartbeat_interval: float | None, beacon_interval: float | None, log_level: str, budget_ms: int,
+       heartbeat_interval: float | None, beacon_interval: float | None, log_level: str, tls: bool, budget_ms: int,
        no_gpu: bool) -> None:
     """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
     import threading
@@ -260,17 +275,22 @@ def up(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | 
 
     from host_runner.live_client import LiveSession
     from host_runner.node import RunOptions, measure
+    from host_runner.relay_client import trust_certificate
+    from host_runner.tls import lan_address
 
     config = _config_from(host, port, data_dir, nats, ip_rate, node_rate, heartbeat_interval, beacon_interval)
     capsule = checked_capsule(DEFAULT_CAPSULE)
     key = load_key()
-    server = threading.Thread(target=serve, args=(config, log_level), daemon=True)
+    files = tls_files(config, tls)
+    context = trust_certificate(files[0]) if files else None
+    server = threading.Thread(target=serve, args=(config, log_level, files), daemon=True)
     server.start()
-    local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    scheme = "https" if files else "http"
+    local = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     deadline = time.monotonic() + 30
     while True:
         try:
-            urllib.request.urlopen(local + "/beacon", timeout=2).read()
+            urllib.request.urlopen(local + "/beacon", timeout=2, context=context).read()
             break
         except OSError:
             if not server.is_alive() or time.monotonic() > deadline:
@@ -285,9 +305,14 @@ def up(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | 
         post_profile(local, result.profile)
     except RelayError as exc:
         raise UserError(str(exc)) from None
-    session = LiveSession(local, key).start()
+    session = LiveSession(local, key, context).start()
     click.echo(f"this machine is node {key.node_id}")
     click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
+    lan = lan_address()
+    if host in ("0.0.0.0", "::") and lan:
+        click.echo(f"other devices: {scheme}://{lan}:{port}/" + (
+            "  (self-signed certificate: accept it once)" if files else
+            "  (plain http: browsers there refuse WebCrypto/WebGPU; add --tls)"))
     sys.stdout.flush()
     try:
         while server.is_alive():

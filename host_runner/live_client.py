@@ -4,6 +4,7 @@ the interval the relay asks for, answers to RTT pings. Runs in a background thre
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from typing import Any
@@ -15,7 +16,8 @@ from capsule.signing import Signer, check_signature, default_verify, node_id, si
 
 
 class LiveSession:
-    def __init__(self, relay_url: str, signer: Signer) -> None:
+    def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
         self.url = relay_url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/") + "/v1/live"
         self.signer = signer
         self.acks = 0
@@ -56,7 +58,7 @@ class LiveSession:
         self.links += 1
 
     def _session(self) -> None:
-        with connect(self.url, open_timeout=10) as ws:
+        with connect(self.url, open_timeout=10, ssl=self.ssl_context) as ws:
             welcome = json.loads(ws.recv(timeout=10))
             interval = float(welcome["heartbeat_interval_s"])
             seq, next_beat = 0, 0.0

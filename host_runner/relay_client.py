@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,14 @@ from capsule.typed import ValidationError
 from host_runner.keys import NodeKey, config_dir
 
 TIMEOUT_S = 10.0
+_ssl_context: ssl.SSLContext | None = None
+
+
+def trust_certificate(cafile: Path) -> ssl.SSLContext:
+    """Trusts a relay's own (self-signed) certificate for the requests this process makes."""
+    global _ssl_context
+    _ssl_context = ssl.create_default_context(cafile=str(cafile))
+    return _ssl_context
 
 
 class RelayError(Exception):
@@ -31,7 +40,7 @@ def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET",
                                  headers={"content-type": "application/json", "accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=_ssl_context) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()

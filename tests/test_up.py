@@ -7,8 +7,11 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from tests.relay_process import CLI, free_port
 
@@ -38,6 +41,38 @@ def test_up_serves_the_join_url_and_lists_this_machine(tmp_path: Path) -> None:
         assert [n["node_id"] for n in atlas["nodes"]] == [node_id]
         stats = json.loads(urllib.request.urlopen(join_url + "stats", timeout=5).read())
         assert stats["nodes"] == 1 and stats["cpu_gflops"] > 0 and stats["tokens_per_sec"] > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_up_with_tls_serves_https(tmp_path: Path) -> None:
+    """`ce-bench up --tls`: a self-signed certificate made once, the page and API over https."""
+    import ssl
+
+    port = free_port()
+    env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen([CLI, "up", "--tls", "--port", str(port), "--data-dir", str(tmp_path / "relay"),
+                             "--no-gpu", "--budget-ms", "500"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        line = ""
+        while time.monotonic() < deadline and not line.startswith("join: "):
+            line = proc.stdout.readline()
+            assert line, f"ce-bench up --tls exited early: {proc.stderr.read() if proc.stderr else ''}"
+        url = line.split()[1]
+        assert url == f"https://127.0.0.1:{port}/"
+        context = ssl.create_default_context(cafile=str(tmp_path / "relay" / "tls-cert.pem"))
+        stats = json.loads(urllib.request.urlopen(url + "stats", timeout=5, context=context).read())
+        assert stats["nodes"] == 1
+        with pytest.raises(urllib.error.URLError):  # an untrusting client refuses the self-signed certificate
+            urllib.request.urlopen(url + "stats", timeout=5)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
