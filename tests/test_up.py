@@ -16,6 +16,15 @@ import pytest
 from tests.relay_process import CLI, free_port
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def test_up_serves_the_join_url_and_lists_this_machine(tmp_path: Path) -> None:
     port = free_port()
     env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
@@ -42,12 +51,7 @@ def test_up_serves_the_join_url_and_lists_this_machine(tmp_path: Path) -> None:
         stats = json.loads(urllib.request.urlopen(join_url + "stats", timeout=5).read())
         assert stats["nodes"] == 1 and stats["cpu_gflops"] > 0 and stats["tokens_per_sec"] > 0
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def test_up_with_tls_serves_https(tmp_path: Path) -> None:
@@ -74,9 +78,4 @@ def test_up_with_tls_serves_https(tmp_path: Path) -> None:
         with pytest.raises(urllib.error.URLError):  # an untrusting client refuses the self-signed certificate
             urllib.request.urlopen(url + "stats", timeout=5)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
