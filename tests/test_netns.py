@@ -102,6 +102,29 @@ def test_predicted_vs_measured_rtt_across_namespaces(namespaces: list[str], tmp_
                        env={"CE_BENCH_HOME": str(tmp_path / f"node{i}")}, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE) for i, ns in enumerate(namespaces)]
         procs += nodes
+        # every co-signed sample is evidence; per pair keep the lowest RTT seen during the run (the min
+        # filter of ping tools: queueing on this busy 2-core machine only ever adds delay)
+        best: dict[tuple[str, str], dict[str, Any]] = {}
+        relay_of: dict[str, int] = {}
+
+        def collect() -> None:
+            for j, ns in enumerate(namespaces):
+                out = sh("ip", "netns", "exec", ns, "curl", "-s", "-m", "5", f"http://10.77.0.{j + 1}:8000/netgraph",
+                         check=False)
+                if not out:
+                    continue
+                graph = json.loads(out)
+                relay_of[graph["relay"]] = j
+                for edge in graph["edges"]:
+                    key = (edge["a"], edge["b"])
+                    if key not in best or edge["rtt_ms"] < best[key]["rtt_ms"]:
+                        verify_record("LinkSample", edge)  # co-signed by node and relay
+                        best[key] = edge
+
+        while any(p.poll() is None for p in nodes):
+            collect()
+            time.sleep(1.0)
+        collect()
         node_of: dict[str, int] = {}
         for i, proc in enumerate(nodes):
             out, err = proc.communicate(timeout=180)
@@ -109,13 +132,7 @@ def test_predicted_vs_measured_rtt_across_namespaces(namespaces: list[str], tmp_
             report = json.loads(out)
             assert min(report["links"]) >= 1, report
             node_of[report["node_id"]] = i
-        edges, relay_of = [], {}
-        for j, ns in enumerate(namespaces):
-            graph = json.loads(sh("ip", "netns", "exec", ns, "curl", "-s", f"http://10.77.0.{j + 1}:8000/netgraph"))
-            relay_of[graph["relay"]] = j
-            for edge in graph["edges"]:
-                verify_record("LinkSample", edge)  # co-signed by node and relay
-                edges.append(edge)
+        edges = list(best.values())
     finally:
         for proc in procs:
             proc.terminate()
