@@ -36,6 +36,7 @@ ZIG_VERSION = "0.17.1"
 PYODIDE_VERSION = "314.0.8"
 PYODIDE_FILES = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"]
 RFC8785_WHEEL = "rfc8785-0.1.4-py3-none-any.whl"
+NOBLE_VERSION = "3.2.0"  # @noble/ed25519: the signer for browsers without WebCrypto Ed25519
 CACHE = Path(os.environ.get("CE_BENCH_CACHE", Path.home() / ".cache" / "ce-bench"))
 
 # -ffp-contract=off: no fused multiply-add anywhere, so a native build of the same C produces the same
@@ -122,6 +123,22 @@ def fetch_pyodide() -> Path:
     return target / "package"
 
 
+def fetch_npm(package: str, version: str) -> Path:
+    """A pinned npm package, packed and unpacked once into the cache."""
+    target = CACHE / f"{package.replace('/', '_').lstrip('@')}-{version}"
+    if (target / "package" / "package.json").exists():
+        return target / "package"
+    target.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["npm", "pack", f"{package}@{version}", "--silent"], cwd=target, capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise BuildError(f"npm pack {package}@{version} failed (is npm installed?): {result.stderr.strip()}")
+    (tgz,) = target.glob("*.tgz")
+    with tarfile.open(tgz) as tar:
+        tar.extractall(target, filter="data")
+    return target / "package"
+
+
 def fetch_rfc8785_wheel() -> Path:
     wheel = CACHE / RFC8785_WHEEL
     if not wheel.exists():
@@ -173,6 +190,10 @@ def build_web() -> Path:
     shutil.copy2(fetch_rfc8785_wheel(), web / "wheels" / RFC8785_WHEEL)
     capsule_wheel(web / "wheels")
     shutil.copy2(BUILD / "capsule-reactor.wasm", web / "capsule-reactor.wasm")
+    noble = fetch_npm("@noble/ed25519", NOBLE_VERSION)
+    (web / "vendor").mkdir()
+    shutil.copy2(noble / "index.js", web / "vendor" / "noble-ed25519.js")
+    shutil.copy2(noble / "LICENSE", web / "vendor" / "noble-ed25519.LICENSE")
     for shader in (ROOT / "capsule" / "shaders").glob("*.wgsl"):
         shutil.copy2(shader, web / "shaders" / shader.name)
     for source in [*(ROOT / "browser_node").glob("*.js"), *(ROOT / "web" / "pages").glob("*")]:

@@ -160,3 +160,22 @@ def test_network_graph_of_a_multi_node_run(page: Page, tmp_path: Path) -> None:
         finally:
             for s in sessions:
                 s.stop()
+
+
+def test_fallback_signer_without_webcrypto_ed25519(browser: Browser, relay: RelayProcess) -> None:
+    """A browser whose WebCrypto lacks Ed25519 signs with the vendored @noble/ed25519 and says so."""
+    context = browser.new_context()
+    context.add_init_script("""
+        const generate = crypto.subtle.generateKey.bind(crypto.subtle);
+        crypto.subtle.generateKey = (alg, ...rest) => (alg === "Ed25519" || alg?.name === "Ed25519")
+            ? Promise.reject(new DOMException("unsupported", "NotSupportedError"))
+            : generate(alg, ...rest);
+    """)
+    try:
+        page = context.new_page()
+        profile = join(page, relay)
+        verify_record("NodeProfile", profile)  # the relay accepted it too (join() checks "joined")
+        assert profile["evidence"]["browser"]["signer"] == "noble-ed25519"
+        assert join(page, relay)["node_id"] == profile["node_id"]  # the fallback key persists as well
+    finally:
+        context.close()
