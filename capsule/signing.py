@@ -3,6 +3,7 @@ and with a WebCrypto key in browsers (ARCHITECTURE.md, "Canonical bytes and sign
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -46,6 +47,7 @@ def sign(kind: str, obj: Mapping[str, Any], signer: Signer, field: str = "sig") 
     return {**obj, field: b64url(signature)}
 
 
+@functools.cache
 def default_verify() -> Verify:
     """pynacl's Ed25519 verification (servers). Browsers never verify; relays do."""
     try:

@@ -61,20 +61,30 @@ def _type_name(value: Any) -> str:
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
+def _bounds(lo: float | None, hi: float | None) -> str:
+    return (f" in [{_num(lo)}, {_num(hi)}]" if lo is not None and hi is not None
+            else f" >= {_num(lo)}" if lo is not None else f" <= {_num(hi)}" if hi is not None else "")
+
+
+@functools.cache
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
 def _check_scalar(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> None:
     lo, hi = meta.get("minimum"), meta.get("maximum")
-    bounds = (f" in [{_num(lo)}, {_num(hi)}]" if lo is not None and hi is not None
-              else f" >= {_num(lo)}" if lo is not None else f" <= {_num(hi)}" if hi is not None else "")
     if tp is bool:
         if not isinstance(value, bool):
             raise ValidationError(path, f"expected a boolean, got {_type_name(value)}")
         return
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValidationError(path, f"expected an integer{bounds}, got {_type_name(value)} {_describe(value)}")
+            raise ValidationError(path, f"expected an integer{_bounds(lo, hi)}, got {_type_name(value)} "
+                                        f"{_describe(value)}")
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValidationError(path, f"expected a number{bounds}, got {_type_name(value)} {_describe(value)}")
+            raise ValidationError(path, f"expected a number{_bounds(lo, hi)}, got {_type_name(value)} "
+                                        f"{_describe(value)}")
         if not math.isfinite(value):
             raise ValidationError(path, f"expected a finite number, got {value}")
     elif tp is str:
@@ -85,31 +95,43 @@ def _check_scalar(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> No
             raise ValidationError(path, f"expected at most {max_length} characters, got {len(value)}")
         if enum is not None and value not in enum:
             raise ValidationError(path, f"expected one of {', '.join(enum)}, got {_describe(value)}")
-        if pattern is not None and not re.fullmatch(pattern, value):
+        if pattern is not None and not _pattern(pattern).fullmatch(value):
             raise ValidationError(path, f"expected a string matching {pattern}, got {_describe(value)}")
     if tp in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
-        raise ValidationError(path, f"expected {'an integer' if tp is int else 'a number'}{bounds}, got {value}")
+        raise ValidationError(path, f"expected {'an integer' if tp is int else 'a number'}{_bounds(lo, hi)}, "
+                                    f"got {value}")
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[str, Any]:
+    """What kind of type annotation this is, worked out once per type (typing introspection is slow)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return "optional", inner
+    if origin is list:
+        return "list", typing.get_args(tp)[0]
+    if origin is dict:
+        return "dict", None
+    if dataclasses.is_dataclass(tp):
+        return "record", tp
+    return "scalar", tp
 
 
 def _parse_value(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _parse_value(inner, value, meta, path)
-    if origin is list:
+    kind, arg = _shape(tp)
+    if kind == "optional":
+        return None if value is None else _parse_value(arg, value, meta, path)
+    if kind == "list":
         if not isinstance(value, list):
             raise ValidationError(path, f"expected an array, got {_type_name(value)}")
-        (item,) = typing.get_args(tp)
-        return [_parse_value(item, v, meta, f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
+        return [_parse_value(arg, v, meta, f"{path}[{i}]") for i, v in enumerate(value)]
+    if kind == "dict":
         if not isinstance(value, dict):
             raise ValidationError(path, f"expected an object, got {_type_name(value)}")
         return value
-    if dataclasses.is_dataclass(tp):
-        return parse(typing.cast(type, tp), value, path)
+    if kind == "record":
+        return parse(arg, value, path)
     _check_scalar(tp, value, meta, path)
     check = meta.get("check")
     if check is not None:
