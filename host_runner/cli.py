@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import click
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
 from host_runner import keys as keys_mod
+from host_runner.files import write_atomic
 from host_runner.relay_client import RelayError, fetch_beacon, local_beacon, post_profile, resend_outbox, save_to_outbox
 from host_runner.ui import PhaseProgress, console, results_table
 from host_runner.wasm import CapsuleError
@@ -47,14 +47,8 @@ def checked_capsule(path: Path) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror}") from None
 

@@ -12,6 +12,7 @@ from nacl.signing import SigningKey
 
 from capsule.canonical import b64url, b64url_decode
 from capsule.peerid import peer_id_from_public_key
+from host_runner.files import write_atomic
 
 
 class KeyFileError(Exception):
@@ -53,13 +54,7 @@ class NodeKey:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"v": 1, "type": "ed25519", "seed": b64url(bytes(self._key))}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps({"v": 1, "type": "ed25519", "seed": b64url(bytes(self._key))}).encode(), 0o600)
 
     @classmethod
     def load(cls, path: Path) -> NodeKey:

@@ -4,7 +4,6 @@ could not be delivered wait in an outbox on disk and are resent by the next `ce-
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import ssl
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 from capsule.signing import sign, verify_record
 from capsule.typed import ValidationError
+from host_runner.files import write_atomic
 from host_runner.keys import NodeKey, config_dir
 
 TIMEOUT_S = 10.0
@@ -93,15 +93,8 @@ def outbox_dir() -> Path:
 
 
 def save_to_outbox(profile: dict[str, Any]) -> Path:
-    box = outbox_dir()
-    box.mkdir(parents=True, exist_ok=True)
-    path = box / f"{profile['measured_at']}-{profile['node_id'][-8:]}.json"
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(profile, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    path = outbox_dir() / f"{profile['measured_at']}-{profile['node_id'][-8:]}.json"
+    write_atomic(path, json.dumps(profile).encode())
     return path
 
 

@@ -1,6 +1,7 @@
-"""A stand-in relay for the server-node tests: the real Starlette relay is a later issue. It is a real
-HTTP server on 127.0.0.1 that serves a signed beacon and verifies posted profiles with the same
-capsule.signing code; its mode decides the answer (201, a 4xx problem, or 503)."""
+"""A stand-in relay for failure injection in the server-node tests (an outage followed by recovery, a 5xx,
+a chosen refusal): the real relay (tests/relay_process.py) is used wherever its own behaviour is under
+test. It is a real HTTP server on 127.0.0.1 that serves a signed beacon and verifies posted profiles with
+the same capsule.signing code; its mode decides the answer (201, a 4xx problem, or 503)."""
 
 from __future__ import annotations
 

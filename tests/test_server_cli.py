@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from capsule.signing import verify_record
 from tests.conftest import Artifacts
+from tests.relay_process import RelayProcess, free_port
 from tests.standin_relay import StandinRelay
 
 CLI = str(Path(sys.executable).parent / "ce-bench")
@@ -79,21 +79,19 @@ def test_same_node_id_across_runs_and_rotate(tmp_path: Path) -> None:
 
 
 def test_relay_beacon_and_report(tmp_path: Path) -> None:
-    with StandinRelay() as relay:
+    """Against the real relay: the beacon comes from it, the profile is verified and stored by it."""
+    with RelayProcess(tmp_path / "relay") as relay:
         result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", relay.url, *FAST,
                           cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        assert len(relay.received) == 1
-        profile = relay.received[0]
-        assert profile["beacon"] == {k: relay.beacon[k] for k in ("relay", "round", "value")}
+        assert "reported to" in result.stderr and "(201)" in result.stderr
+        profile = json.loads((tmp_path / "p.json").read_text())
+        status, node, _ = relay.get(f"/v1/nodes/{profile['node_id']}")
+        assert status == 200 and node["profile"] == profile
+        _, beacon, _ = relay.get("/beacon")
+        assert profile["beacon"]["relay"] == beacon["relay"]
         assert profile["evidence"]["plan"]["beacon_source"] == f"relay {relay.url}"
         assert profile["gpus"] == [] and "disabled" in profile["evidence"]["gpu_notes"][0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_unreachable_relay_keeps_the_profile_and_resends(tmp_path: Path) -> None:
