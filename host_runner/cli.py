@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,9 @@ def load_key() -> keys_mod.NodeKey:
     try:
         return keys_mod.load_or_create()
     except keys_mod.KeyFileError as exc:
-        raise UserError(str(exc)) from None
+        hint = "" if "chmod" in str(exc) else (
+            "; move it away and run `ce-bench keys rotate` to make a new one (the node gets a new NodeId)")
+        raise UserError(f"{exc}{hint}") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -237,7 +240,14 @@ def serve(config: Any, log_level: str, tls: tuple[Path, Path] | None = None) -> 
 
     logs.configure(log_level)
     try:
-        uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
+        app = create_app(config)
+    except keys_mod.KeyFileError as exc:
+        hint = "" if "chmod" in str(exc) else "; move it away and restart to make a new one (a new relay id)"
+        raise UserError(f"relay key: {exc}{hint}") from None
+    except (OSError, sqlite3.Error) as exc:
+        raise UserError(f"cannot open the relay's data directory {config.data_dir}: {exc}") from None
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
                     access_log=False, ssl_certfile=str(tls[0]) if tls else None,
                     ssl_keyfile=str(tls[1]) if tls else None)
     except OSError as exc:

@@ -61,21 +61,20 @@ class NodeKey:
         try:
             data = json.loads(path.read_text())
         except OSError as exc:
-            raise KeyFileError(f"cannot read the node key {path}: {exc.strerror}") from None
+            raise KeyFileError(f"cannot read the key file {path}: {exc.strerror}") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise KeyFileError(f"the node key {path} is corrupt (not JSON); move it away and run "
-                            "`ce-bench keys rotate` to make a new one (the node gets a new NodeId)") from None
+            raise KeyFileError(f"the key file {path} is corrupt (not JSON)") from None
         if not isinstance(data, dict) or data.get("v") != 1 or data.get("type") != "ed25519":
-            raise KeyFileError(f"the node key {path} is not a ce-bench v1 ed25519 key file")
+            raise KeyFileError(f"the key file {path} is not a ce-bench v1 ed25519 key file")
         try:
             seed = b64url_decode(data.get("seed", ""))
         except ValueError:
             seed = b""
         if len(seed) != 32:
-            raise KeyFileError(f"the node key {path} is corrupt: 'seed' must be 32 bytes of base64url")
+            raise KeyFileError(f"the key file {path} is corrupt: 'seed' must be 32 bytes of base64url")
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
-            raise KeyFileError(f"the node key {path} is readable by others (mode {mode:o}); run chmod 600 {path}")
+            raise KeyFileError(f"the key file {path} is readable by others (mode {mode:o}); run chmod 600 {path}")
         return cls(SigningKey(seed))
 
 

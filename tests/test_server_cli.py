@@ -148,6 +148,12 @@ def test_corrupt_or_exposed_key_is_refused(tmp_path: Path) -> None:
     (tmp_path / "node.key").write_text("garbage")
     os.chmod(tmp_path / "node.key", 0o600)
     assert_user_error(ce_bench(tmp_path, "keys", "show"), "is corrupt (not JSON)", "ce-bench keys rotate")
+    relay_dir = tmp_path / "relay"
+    relay_dir.mkdir()
+    (relay_dir / "relay.key").write_text("garbage")
+    os.chmod(relay_dir / "relay.key", 0o600)
+    assert_user_error(ce_bench(tmp_path, "relay", "--data-dir", str(relay_dir), "--port", str(free_port()),
+                               timeout=60), "relay key:", "is corrupt (not JSON)", "restart to make a new one")
     (tmp_path / "node.key").write_text(json.dumps({"v": 1, "type": "ed25519", "seed": "AAAA"}))
     assert_user_error(ce_bench(tmp_path, "keys", "show"), "'seed' must be 32 bytes")
     ce_bench(tmp_path, "keys", "rotate")
