@@ -16,6 +16,8 @@ const PHASES = [
   ["report", "Sign and report to the relay", 1],
 ];
 const PHASE_TIMEOUT_MS = 90_000;
+// Phone safety: at most this much heavy work per run; later phases are skipped with the reason.
+const HEAVY_BUDGET_S = Number(new URLSearchParams(location.search).get("heavy_budget_s")) || 30;
 let hiddenDuringRun = false;
 
 function setStatus(text, kind = "info") {
@@ -81,6 +83,7 @@ async function measure(py, key, nodeId) {
   const module = await WebAssembly.compile(wasm);
   const workers = Array.from({ length: threads }, () => new Worker("/probe-worker.js"));
   const isolated = self.crossOriginIsolated === true;
+  const heavyStart = performance.now();
   let concurrent, cpuNotes = [];
   try {
     concurrent = await phase("cpu", async () => {
@@ -98,8 +101,12 @@ async function measure(py, key, nodeId) {
         llm: await call(workers[0], { cmd: "llm", seedLo: plan.seed_lo, seedHi: plan.seed_hi, prompt: plan.prompt }),
       },
     }));
-    solo.probes.disk = await phase("disk", () => call(new Worker("/disk-worker.js"), { mib: 16 }));
-    const gpu = await phase("gpu", () => probeGpu(1500).catch((err) => ({ gpus: [], notes: [`WebGPU probe failed: ${err.message}`] })));
+    const overBudget = () => (performance.now() - heavyStart) / 1000 > HEAVY_BUDGET_S;
+    const skipped = `skipped: this run's ${HEAVY_BUDGET_S} s budget of heavy work was used up (phone safety)`;
+    solo.probes.disk = overBudget() ? { write_mbps: null, read_mbps: null, skipped }
+      : await phase("disk", () => call(new Worker("/disk-worker.js"), { mib: 16 }));
+    const gpu = overBudget() ? { gpus: [], notes: [`GPU ${skipped}`] }
+      : await phase("gpu", () => probeGpu(1500).catch((err) => ({ gpus: [], notes: [`WebGPU probe failed: ${err.message}`] })));
     const estimate = navigator.storage && navigator.storage.estimate ? await navigator.storage.estimate() : null;
     const uaData = navigator.userAgentData;
     const high = uaData && uaData.getHighEntropyValues ? await uaData.getHighEntropyValues(["architecture", "platformVersion", "fullVersionList"]).catch(() => ({})) : {};
@@ -118,7 +125,8 @@ async function measure(py, key, nodeId) {
       evidence: {
         gpus: gpu.evidence || [], gpu_notes: gpu.notes, cpu_notes: cpuNotes,
         plan: { seed: plan.seed, order: plan.order, beacon_source: "relay (this page's origin)" },
-        browser: { cross_origin_isolated: isolated, hardware_concurrency: navigator.hardwareConcurrency || null,
+        browser: { cross_origin_isolated: isolated, heavy_work_s: (performance.now() - heavyStart) / 1000,
+                   heavy_budget_s: HEAVY_BUDGET_S, hardware_concurrency: navigator.hardwareConcurrency || null,
                    pyodide: py.version, signer: key.signer, user_agent: navigator.userAgent.slice(0, 200) },
         memory: { method: "navigator.deviceMemory: a rounded estimate capped at 8 GiB; available memory is not exposed to pages" },
         storage_totals: "free_gb = origin quota left (navigator.storage.estimate), an estimate; the disk total is not exposed",

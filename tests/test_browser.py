@@ -179,3 +179,18 @@ def test_fallback_signer_without_webcrypto_ed25519(browser: Browser, relay: Rela
         assert join(page, relay)["node_id"] == profile["node_id"]  # the fallback key persists as well
     finally:
         context.close()
+
+
+def test_heavy_work_budget_skips_later_phases(page: Page, relay: RelayProcess) -> None:
+    """Phone safety: once a run's heavy-work budget is spent, the remaining probes are skipped with the
+    reason (null figures), and the profile is still signed and accepted."""
+    page.goto(relay.url + "/?heavy_budget_s=0.5")
+    page.click("#join")
+    page.wait_for_function(JOIN_DONE, timeout=120_000)
+    assert page.locator("#status").inner_text().startswith("joined")
+    profile = page.evaluate("() => window.ceProfile")
+    assert profile["storage"]["write_mbps"] is None and "budget of heavy work" in profile["evidence"]["storage"][
+        "null_reason"]
+    assert profile["gpus"] == [] and "budget of heavy work" in profile["evidence"]["gpu_notes"][0]
+    assert profile["cpu"]["gflops_fp32"] > 0  # the CPU phase itself always completes
+    assert profile["evidence"]["browser"]["heavy_budget_s"] == 0.5
