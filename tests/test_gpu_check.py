@@ -34,3 +34,13 @@ def test_wrong_product_is_not_reported(tmp_path: Path, monkeypatch: pytest.Monke
 def test_correct_product_passes() -> None:
     result = gpu._matmul(first_device(), wgpu, np.float32, 128 * 2**20, 0.2)
     assert result["verified"] is True and result["tflops"] > 0 and result["n"] % 64 == 0
+
+
+def test_f16_shader_is_the_f32_shader_in_half_precision() -> None:
+    """matmul_f16.wgsl is matmul_f32.wgsl with f16 storage and `enable f16;` and nothing else, so the two
+    pipelines cannot drift apart (one .wgsl per pipeline, as the browser and wgpu load them)."""
+    f32 = (gpu.SHADERS / "matmul_f32.wgsl").read_text()
+    f16 = (gpu.SHADERS / "matmul_f16.wgsl").read_text()
+    expected = "enable f16;\n\n" + f32.replace("array<f32", "array<f16").replace(
+        "fp32 matrices", "fp16 matrices (fp16 multiply and accumulate; needs the shader-f16 feature)")
+    assert f16 == expected

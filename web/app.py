@@ -262,6 +262,3 @@ def create_app(config: RelayConfig) -> Starlette:
     app.state.relay = relay
     return app
 
-
-def app_from_env() -> Any:  # pragma: no cover - for `uvicorn --factory web.app:app_from_env`
-    return create_app(RelayConfig())

@@ -87,7 +87,7 @@ class Atlas:
         if entry is None:
             return None
         return {"online": self.liveness.is_live(node_id), "last_seen": self.liveness.last_seen(node_id),
-                "rtt_ms": entry.rtt_ms, "origin": entry.origin, "coordinate": None}
+                "rtt_ms": entry.rtt_ms, "origin": entry.origin}
 
     def live_sorted(self) -> list[str]:
         """Live node ids in order. Sorted on demand once per atlas version, so ingest stays O(1) per profile
