@@ -5,7 +5,7 @@
 
 Artifacts:
     build/capsule.wasm          WASI command (`wasmtime run build/capsule.wasm`)
-    build/capsule-reactor.wasm  the same kernels exported for wasmtime-py and Web Workers (no imports)
+    build/capsule-reactor.wasm  the same driver and probes for Web Workers and wasmtime-py (imports: clock, log)
     build/capsule.sha256        sha256 of capsule.wasm, the identity a CE job manifest names
     build/web/                  the browser bundle the relay serves: pages, ES modules, the reactor wasm,
                                 WGSL shaders, Pyodide core (from the pinned npm package) and the capsule's
@@ -44,11 +44,12 @@ CACHE = Path(os.environ.get("CE_BENCH_CACHE", Path.home() / ".cache" / "ce-bench
 COMMON_FLAGS = ["-std=c11", "-D_DEFAULT_SOURCE", "-O3", "-msimd128", "-ffp-contract=off", "-Wall", "-Wextra", "-s"]
 
 KERNEL_SOURCES = ["sgemm.c", "stream.c", "llm.c"]
-COMMAND_SOURCES = [
-    "main.c", *KERNEL_SOURCES, "sha256.c", "json.c", "stats.c",
-    "probe_sgemm.c", "probe_stream.c", "probe_disk.c", "probe_llm.c",
-]
-REACTOR_SOURCES = ["reactor.c", *KERNEL_SOURCES]
+PROBE_SOURCES = ["driver.c", *KERNEL_SOURCES, "sha256.c", "json.c", "stats.c",
+                 "probe_sgemm.c", "probe_stream.c", "probe_llm.c"]
+COMMAND_SOURCES = ["main.c", *PROBE_SOURCES, "probe_disk.c"]
+# The reactor runs the same driver and probes (no disk: it has no filesystem) with the clock and the log
+# lines imported from its host.
+REACTOR_SOURCES = ["reactor.c", *PROBE_SOURCES]
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Target:
 
 TARGETS = [
     Target("capsule.wasm", COMMAND_SOURCES, []),
-    Target("capsule-reactor.wasm", REACTOR_SOURCES, ["-mexec-model=reactor"]),
+    Target("capsule-reactor.wasm", REACTOR_SOURCES, ["-mexec-model=reactor", "-DCE_REACTOR"]),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,13 +123,28 @@ def run_command(
         return CommandResult(code, out.read_text(), err.read_text())
 
 
+_CLOCK_ANCHOR_US = time.time_ns() / 1e3 - time.perf_counter_ns() / 1e3
+
+
+def _clock_us() -> float:
+    """The reactor's clock import: unix time in microseconds, on the monotonic perf_counter."""
+    return _CLOCK_ANCHOR_US + time.perf_counter_ns() / 1e3
+
+
 class Reactor:
-    """The reactor variant's kernels, called with numpy arrays copied in and out of wasm memory."""
+    """The reactor variant: `run` executes the capsule's own probe driver (the same ProbeReport as the
+    command); the kernels can also be called directly with numpy arrays copied in and out of wasm memory.
+    Its imports are the host clock (env.ce_clock_us) and the summary lines (env.ce_log), kept in `log`."""
 
     def __init__(self, wasm: Path, engine: wasmtime.Engine | None = None) -> None:
         self.engine = engine or default_engine()
         self.store = wasmtime.Store(self.engine)
-        self.instance = wasmtime.Instance(self.store, load_module(self.engine, wasm), [])
+        self.log: list[str] = []
+        linker = wasmtime.Linker(self.engine)
+        linker.define_func("env", "ce_clock_us", wasmtime.FuncType([], [wasmtime.ValType.f64()]), _clock_us)
+        linker.define_func("env", "ce_log", wasmtime.FuncType([wasmtime.ValType.i32()] * 2, []), self._log,
+                           access_caller=True)
+        self.instance = linker.instantiate(self.store, load_module(self.engine, wasm))
         exports = self.instance.exports(self.store)
         memory = exports["memory"]
         if not isinstance(memory, wasmtime.Memory):
@@ -136,14 +152,35 @@ class Reactor:
         self._memory = memory
         self._fn: dict[str, wasmtime.Func] = {}
         for name in (
-            "_initialize", "ce_alloc", "ce_free", "ce_sgemm", "ce_sgemm_release", "ce_stream_copy",
-            "ce_stream_scale", "ce_stream_add", "ce_stream_triad", "ce_llm_new", "ce_llm_free",
-            "ce_llm_forward", "ce_llm_logits"):
+            "_initialize", "ce_alloc", "ce_free", "ce_run", "ce_result_ptr", "ce_result_len", "ce_sgemm",
+            "ce_sgemm_release", "ce_stream_copy", "ce_stream_scale", "ce_stream_add", "ce_stream_triad",
+            "ce_llm_new", "ce_llm_free", "ce_llm_forward", "ce_llm_logits"):
             func = exports[name]
             if not isinstance(func, wasmtime.Func):
                 raise CapsuleError(f"{wasm}: export {name!r} is missing or not a function")
             self._fn[name] = func
         self.call("_initialize")
+
+    def _log(self, caller: wasmtime.Caller, ptr: int, length: int) -> None:
+        self.log.append(bytes(self._view(ptr, np.uint8, length)).decode("utf-8", "replace"))
+
+    def run(self, args: Sequence[str]) -> CommandResult:
+        """The capsule command's arguments, run through the reactor's `ce_run`; stdout holds the
+        ProbeReport (exit 0) and stderr the summary lines or the error (exit 2 or 1)."""
+        line = " ".join(args).encode()
+        if any(" " in a or not a for a in args):
+            raise ValueError("reactor arguments cannot be empty or contain spaces")
+        ptr = self.put(np.frombuffer(line + b"\0", np.uint8))
+        self.log.clear()
+        try:
+            code = int(self.call("ce_run", ptr))
+        finally:
+            self.call("ce_free", ptr)
+        text = bytes(self._view(int(self.call("ce_result_ptr")), np.uint8,
+                                int(self.call("ce_result_len")))).decode("utf-8", "replace")
+        if code == 0:
+            return CommandResult(0, text, "".join(self.log))
+        return CommandResult(code, "", "".join(self.log) + f"capsule: {text}\n")
 
     def call(self, name: str, *args: int | float) -> Any:
         return self._fn[name](self.store, *args)

@@ -93,6 +93,17 @@ void ce_json_number(ce_json *j, double v) {
     puts_(j, tmp);
 }
 
+void ce_json_fixed(ce_json *j, double v, int decimals) {
+    before_value(j);
+    if (!isfinite(v)) {
+        puts_(j, "null");
+        return;
+    }
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%.*f", decimals, v);
+    puts_(j, tmp);
+}
+
 void ce_json_int(ce_json *j, long long v) {
     before_value(j);
     char tmp[32];

@@ -23,6 +23,8 @@ void ce_json_end_array(ce_json *j);
 void ce_json_key(ce_json *j, const char *key);
 void ce_json_string(ce_json *j, const char *s);
 void ce_json_number(ce_json *j, double v);
+/* A number with a fixed count of decimals (timestamps: %.6g would keep 6 significant digits only). */
+void ce_json_fixed(ce_json *j, double v, int decimals);
 void ce_json_int(ce_json *j, long long v);
 void ce_json_bool(ce_json *j, int v);
 void ce_json_null(ce_json *j);

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "json.h"
+#include "log.h"
 
 /* What every probe gets from the driver. */
 typedef struct {
@@ -13,6 +14,7 @@ typedef struct {
     int budget_explicit;   /* 1 when the user set --budget-ms: a share too small is then an error */
     int sgemm_n;           /* matrix order for sgemm */
     int stream_mib;        /* MiB per STREAM array */
+    int stream_triad_only; /* 1: triad passes only (the whole-device memory figure), else all four kernels */
     int disk_mib;          /* MiB written and read per disk sample */
     const char *scratch;   /* directory the disk probe writes into */
     int scratch_required;  /* 1 when the user asked for the disk probe by name */
@@ -43,6 +45,11 @@ static inline int ce_want_sample(int taken, int min, int max, int64_t start_ns, 
 /* After the warm-up: with an explicit budget, refuse when the minimum number of samples cannot fit in
  * this probe's share. Returns 2 with the message set, else 0. */
 int ce_check_budget(const ce_probe_config *config, const char *probe, double warmup_ms, int min_samples);
+
+/* Work spans for whole-device figures: [start, end] in ms on this instance's clock (add the report's
+ * clock.anchor_unix_ms for unix time) with the work done in between, so a host can add up the work of
+ * concurrent instances over the window they all ran in. Written as {"unit":..,"spans_ms":[[s,e,w],..]}. */
+void ce_work_json(ce_json *j, const char *unit, const double *spans, size_t count);
 
 #define CE_PROBE_ERROR(config, ...) snprintf((config)->error, (size_t)(config)->error_size, __VA_ARGS__)
 

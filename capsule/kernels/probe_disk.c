@@ -77,7 +77,7 @@ static void write_skipped(ce_json *j, const char *reason) {
     ce_json_key(j, "read_mbps"); ce_json_null(j);
     ce_json_key(j, "skipped"); ce_json_string(j, reason);
     ce_json_end_object(j);
-    fprintf(stderr, "  disk    skipped: %s\n", reason);
+    ce_log("  disk    skipped: %s\n", reason);
 }
 
 int ce_disk_preflight(const ce_probe_config *config, char *reason, int reason_size) {
@@ -124,7 +124,7 @@ int ce_probe_disk(const ce_probe_config *config, ce_json *j) {
     unsigned char *data = malloc(len), *back = malloc(len);
     if (!data || !back) {
         free(data); free(back);
-        fprintf(stderr, "disk: cannot allocate 2 x %d MiB\n", config->disk_mib);
+        ce_log("disk: cannot allocate 2 x %d MiB\n", config->disk_mib);
         return 1;
     }
     ce_rng rng = {config->seed ^ 0x6469736bULL};
@@ -157,14 +157,30 @@ int ce_probe_disk(const ce_probe_config *config, ce_json *j) {
     while (intact && ce_want_sample((int)wr.n, MIN_SAMPLES, MAX_SAMPLES, start, config->share_ms)) {
         memset(back, 0, len);
         if (sample(path, data, back, len, &w_ns, &r_ns) != 0) break;
+#if defined(CE_INJECT_FAULT) && CE_INJECT_FAULT == 3
+        back[len / 2] ^= 0x20; /* test build: storage that flips a bit */
+#endif
         intact = memcmp(data, back, len) == 0;
         ce_samples_push(&wr, (double)len / w_ns * 1e3); /* bytes/ns * 1e3 = MB/s */
         ce_samples_push(&rd, (double)len / r_ns * 1e3);
     }
     unlink(path);
     free(data); free(back);
-    if (!intact || wr.n == 0) {
-        write_skipped(j, intact ? "the scratch file could not be rewritten" : "data read back differed from data written");
+    if (!intact) {
+        ce_json_key(j, "disk");
+        ce_json_begin_object(j);
+        ce_json_key(j, "write_mbps"); ce_json_null(j);
+        ce_json_key(j, "read_mbps"); ce_json_null(j);
+        ce_json_key(j, "verified"); ce_json_bool(j, 0);
+        ce_json_key(j, "check"); ce_json_string(j, "every byte read back vs the bytes written");
+        ce_json_key(j, "reason"); ce_json_string(j, "data read back differed from data written");
+        ce_json_end_object(j);
+        ce_log("  disk    FAILED: data read back differed from data written; no figure reported\n");
+        ce_samples_free(&wr); ce_samples_free(&rd);
+        return 0;
+    }
+    if (wr.n == 0) {
+        write_skipped(j, "the scratch file could not be rewritten");
         ce_samples_free(&wr); ce_samples_free(&rd);
         return 0;
     }
@@ -187,7 +203,7 @@ int ce_probe_disk(const ce_probe_config *config, ce_json *j) {
     ce_json_key(j, "read_samples"); ce_json_numbers(j, rd.v, rd.n);
     ce_json_key(j, "verified"); ce_json_bool(j, 1);
     ce_json_end_object(j);
-    fprintf(stderr, "  disk    %8.0f MB/s write (fsync)  %.0f MB/s read (may be page cache), %d MiB file\n",
+    ce_log("  disk    %8.0f MB/s write (fsync)  %.0f MB/s read (may be page cache), %d MiB file\n",
             sw.median, sr.median, config->disk_mib);
     ce_samples_free(&wr); ce_samples_free(&rd);
     return 0;

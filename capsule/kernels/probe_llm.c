@@ -53,7 +53,7 @@ int ce_probe_llm(const ce_probe_config *config, ce_json *j) {
     int64_t t_gen = ce_now_ns();
     ce_llm *m = ce_llm_new(config->seed);
     if (!m) {
-        fprintf(stderr, "llm: cannot allocate the %ld-parameter reference model\n", ce_llm_param_count());
+        ce_log("llm: cannot allocate the %ld-parameter reference model\n", ce_llm_param_count());
         return 1;
     }
     double weights_ms = (double)(ce_now_ns() - t_gen) * 1e-6;
@@ -122,10 +122,10 @@ int ce_probe_llm(const ce_probe_config *config, ce_json *j) {
     }
     ce_json_end_object(j);
     if (ok)
-        fprintf(stderr, "  llm     %8.1f tokens/s  %s decode, median of %zu run(s), block spread %.1f%%\n",
+        ce_log("  llm     %8.1f tokens/s  %s decode, median of %zu run(s), block spread %.1f%%\n",
                 sr.median, CE_LLM_REF_MODEL, sr.n, 100.0 * (sb.p75 - sb.p25) / sb.median);
     else
-        fprintf(stderr, "  llm     FAILED: %s\n", reproducible ? "the model could not run" : "runs decoded different tokens");
+        ce_log("  llm     FAILED: %s\n", reproducible ? "the model could not run" : "runs decoded different tokens");
     ce_samples_free(&runs);
     ce_samples_free(&blocks);
     return 0;

@@ -1,17 +1,79 @@
-/* The reactor variant of the capsule: no main, the kernels exported for hosts that drive them directly
- * (wasmtime-py for the whole-CPU figure and tests, Web Workers in browsers). Pointers are offsets into
- * the module's exported memory; allocate with ce_alloc and release with ce_free. */
+/* The reactor variant of the capsule: no main and no WASI, for hosts that drive it directly (Web Workers
+ * in browsers, wasmtime-py). `ce_run` takes the command's own arguments and produces the same
+ * ProbeReport through the same driver, so browsers and servers run one probe implementation. The
+ * kernels are exported too (tests, the relay's spot checks). Pointers are offsets into the exported
+ * memory; allocate with ce_alloc and release with ce_free.
+ *
+ * Imports (module "env"): ce_clock_us() -> f64, unix time in microseconds (clock.h);
+ * ce_log(ptr, len), one line of the human summary. */
+#include "driver.h"
 #include "llm.h"
+#include "log.h"
 #include "sgemm.h"
 #include "stream.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define EXPORT(name) __attribute__((export_name(name)))
 
+__attribute__((import_module("env"), import_name("ce_log"))) void ce_host_log(const char *text, size_t len);
+
+void ce_log(const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0) ce_host_log(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+double ce_clock_anchor_unix_ms(void) { return 0.0; } /* the host clock already reads unix time */
+
 EXPORT("ce_alloc") void *x_alloc(size_t bytes) { return aligned_alloc(16, (bytes + 15) & ~(size_t)15); }
 EXPORT("ce_free") void x_free(void *p) { free(p); }
+
+static char *g_result; /* the last ce_run's ProbeReport, or its error message */
+static size_t g_result_len;
+
+/* argline: the command's arguments separated by spaces (e.g. "--probes sgemm --seed 00ff"). Returns the
+ * command's exit status: 0 (ce_result is the ProbeReport JSON), 2 (ce_result is the usage error), 1. */
+EXPORT("ce_run") int x_run(const char *argline) {
+    enum { MAX_ARGS = 64 };
+    char *copy = strdup(argline ? argline : "");
+    char *argv[MAX_ARGS + 1] = {"capsule-reactor"};
+    int argc = 1;
+    char error[768] = "";
+    free(g_result);
+    g_result = NULL;
+    g_result_len = 0;
+    if (!copy) return 1;
+    for (char *save = NULL, *tok = strtok_r(copy, " ", &save); tok && argc <= MAX_ARGS; tok = strtok_r(NULL, " ", &save))
+        argv[argc++] = tok;
+    ce_options o;
+    ce_options_default(&o);
+    int rc = ce_parse_args(argc, argv, &o, error, sizeof error);
+    if (rc == 0 && argc > MAX_ARGS) rc = 2, snprintf(error, sizeof error, "more than %d arguments", MAX_ARGS - 1);
+    if (rc == 0 && o.seed_hex[0] == '\0') rc = 2, snprintf(error, sizeof error, "the reactor needs --seed HEX");
+    ce_json j;
+    ce_json_init(&j);
+    if (rc == 0) rc = ce_run_report(&o, &j, error, sizeof error);
+    free(copy);
+    if (rc == 0) {
+        g_result = j.buf;
+        g_result_len = j.len;
+    } else {
+        ce_json_free(&j);
+        g_result = strdup(error);
+        g_result_len = g_result ? strlen(g_result) : 0;
+    }
+    return rc;
+}
+EXPORT("ce_result_ptr") const char *x_result_ptr(void) { return g_result; }
+EXPORT("ce_result_len") size_t x_result_len(void) { return g_result_len; }
 
 EXPORT("ce_sgemm") int x_sgemm(int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
     return ce_sgemm(m, n, k, a, lda, b, ldb, c, ldc);
