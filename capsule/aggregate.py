@@ -1,20 +1,23 @@
 """Whole-machine figures from per-instance ProbeReports, with the evidence that says how each was made.
 
-The capsule is single-threaded (wasm has no threads here), so the whole-CPU figures come from one
-instance per core started together: GFLOPS and STREAM bandwidth are the sums of the concurrent
-instances' medians (as OpenMP STREAM sums its threads). The reference-model figure is batch-1 decode
-of one instance running alone (llama-bench tg); the concurrent sum goes into the evidence as the
-node's aggregate serving capacity. Disk comes from the solo run. A figure is null, with the reason,
-when any instance failed to produce a checked value.
+The capsule is single-threaded (wasm has no threads here), so the whole-CPU figures come from several
+instances running at once: GFLOP/s and STREAM triad bandwidth are the work all instances did over the
+window in which all of them ran, divided by its length (capsule/scaling.py), with the number of instances
+found by measurement. The reference-model figure is batch-1 decode of one instance running alone
+(llama-bench tg). Disk comes from the solo run. A figure is null, with the reason, when any instance
+failed its check or the instances never overlapped. Every checked figure names the seed and the checksum
+that reproduce it (`ce-bench verify --recompute`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Report = dict[str, Any]
+from capsule.scaling import WindowRate, window_rate, work_spans
+
+Report = Mapping[str, Any]
 
 
 @dataclass
@@ -27,74 +30,104 @@ class Figures:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _probe(report: Report, name: str) -> dict[str, Any] | None:
+def _probe(report: Report, name: str) -> Mapping[str, Any] | None:
     probes = report.get("probes")
     value = probes.get(name) if isinstance(probes, dict) else None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, Mapping) else None
 
 
-def _sum_over(reports: Sequence[Report], probe: str, key: str) -> tuple[float | None, list[float | None], str]:
+def _medians(reports: Sequence[Report], probe: str, key: str) -> list[float | None]:
     values: list[float | None] = []
     for r in reports:
         p = _probe(r, probe)
         v = p.get(key) if p else None
         values.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
-    if not values:
-        return None, values, f"{probe} did not run"
-    if any(v is None for v in values):
-        missing = [i for i, v in enumerate(values) if v is None]
-        return None, values, f"{probe}.{key} missing or failed its check in instance(s) {missing}"
-    return sum(v for v in values if v is not None), values, ""
+    return values
 
 
-def _spread(p: dict[str, Any] | None, stats_key: str) -> dict[str, Any]:
+def _whole(reports: Sequence[Report], probe: str, key: str) -> tuple[float | None, WindowRate | None, str]:
+    """(figure in 1e9 units per second, the window, why null)."""
+    if not reports:
+        return None, None, f"{probe} did not run"
+    failed = [i for i, v in enumerate(_medians(reports, probe, key)) if v is None]
+    if failed:
+        return None, None, f"{probe}.{key} missing or failed its check in instance(s) {failed}"
+    window = window_rate([work_spans(r, probe) for r in reports])
+    if window.rate is None:
+        return None, window, f"{probe}: {window.reason}"
+    return window.rate / 1e9, window, ""
+
+
+def _window_evidence(window: WindowRate | None) -> dict[str, Any]:
+    if window is None:
+        return {}
+    return {"window_ms": round(window.window_ms, 3), "overlap_frac": round(window.overlap_frac, 4)}
+
+
+def _spread(p: Mapping[str, Any] | None, stats_key: str) -> dict[str, Any]:
     stats = (p or {}).get(stats_key) or {}
     return {k: stats.get(k) for k in ("n", "median", "min", "max", "spread_pct")}
 
 
-def aggregate(concurrent: Sequence[Report], solo: Report, wall_overlap: float | None = None) -> Figures:
-    """concurrent: one report per core, started together (sgemm, stream, llm); solo: one instance alone
-    (sgemm, llm, disk). wall_overlap: fraction of the concurrent phase all instances were running."""
+def aggregate(concurrent: Sequence[Report], solo: Report,
+              scaling: Sequence[Mapping[str, Any]] | None = None) -> Figures:
+    """concurrent: one report per instance of the whole-device run (sgemm, stream with work spans);
+    solo: one instance alone (sgemm, llm, disk); scaling: the instance search's curve
+    ([{"instances": k, "gflops_fp32": aggregate}, ...]), kept as evidence."""
     f = Figures()
     n = len(concurrent)
-    f.gflops_fp32, per_gflops, why_g = _sum_over(concurrent, "sgemm", "gflops")
-    f.mem_bw_gbps, per_triad, why_t = _sum_over(concurrent, "stream", "triad_gbps")
-    agg_tps, per_tps, why_l = _sum_over(concurrent, "llm", "tokens_per_sec")
+    f.gflops_fp32, g_window, why_g = _whole(concurrent, "sgemm", "gflops")
+    f.mem_bw_gbps, t_window, why_t = _whole(concurrent, "stream", "triad_gbps")
     solo_sgemm, solo_llm, disk = _probe(solo, "sgemm"), _probe(solo, "llm"), _probe(solo, "disk")
-    first = concurrent[0] if concurrent else {}
+    first_sgemm = _probe(concurrent[0], "sgemm") if concurrent else None
+    single = (solo_sgemm or {}).get("gflops")
     f.evidence["cpu"] = {
         "gflops_fp32": {
-            "method": f"sum over {n} concurrent capsule instances (one per core) of each instance's median "
-                      "SGEMM GFLOP/s; per instance: " + str((_probe(first, "sgemm") or {}).get("method", "")),
-            "per_instance": per_gflops, "single_core": (solo_sgemm or {}).get("gflops"),
-            "scaling": (f.gflops_fp32 / (n * solo_sgemm["gflops"]))
-            if f.gflops_fp32 and solo_sgemm and solo_sgemm.get("gflops") else None,
-            "n": (_probe(first, "sgemm") or {}).get("n"),
-            "checksum": (_probe(first, "sgemm") or {}).get("checksum"),
-            "spread_instance0": _spread(_probe(first, "sgemm"), "stats"),
+            "method": f"work over the common window: FLOPs of the SGEMM products all {n} concurrent capsule "
+                      "instances did while every one was running / the window's length; per product: "
+                      + str((first_sgemm or {}).get("method", "")),
+            "unit": "GFLOP/s (1e9 fp32 flop/s), all instances together",
+            **_window_evidence(g_window),
+            "per_instance_median": _medians(concurrent, "sgemm", "gflops"),
+            "single_core": single,
+            "scaling_vs_single": (f.gflops_fp32 / (n * single))
+            if f.gflops_fp32 and isinstance(single, int | float) and single > 0 and n else None,
+            "n": (first_sgemm or {}).get("n"),
+            "seed": concurrent[0].get("seed") if concurrent else None,
+            "checksum": (first_sgemm or {}).get("checksum"),
+            "instances": [{"seed": r.get("seed"), "checksum": (_probe(r, "sgemm") or {}).get("checksum")}
+                          for r in concurrent],
+            "solo": {"seed": solo.get("seed"), "n": (solo_sgemm or {}).get("n"),
+                     "checksum": (solo_sgemm or {}).get("checksum")},
+            "spread_instance0": _spread(first_sgemm, "stats"),
             **({"null_reason": why_g} if why_g else {}),
         },
         "mem_bw_gbps": {
-            "method": f"sum over {n} concurrent instances of the median STREAM triad chunk rate (GB/s, "
-                      "STREAM byte counting)",
-            "per_instance": per_triad, "array_mib": (_probe(first, "stream") or {}).get("array_mib"),
-            "spread_instance0": _spread(((_probe(first, "stream") or {}).get("kernels") or {}).get("triad"),
-                                        "chunk_stats"),
+            "method": f"work over the common window: bytes (STREAM counting) of the triad passes all {n} "
+                      "concurrent instances made while every one was running / the window's length",
+            "unit": "GB/s (1e9 B/s), all instances together",
+            **_window_evidence(t_window),
+            "per_instance_median": _medians(concurrent, "stream", "triad_gbps"),
+            "array_mib": (_probe(concurrent[0], "stream") or {}).get("array_mib") if concurrent else None,
+            "spread_instance0": _spread(((_probe(concurrent[0], "stream") or {}).get("kernels") or {}).get(
+                "triad") if concurrent else None, "chunk_stats"),
             **({"null_reason": why_t} if why_t else {}),
         },
         "instances": n,
-        "wall_overlap": wall_overlap,
+        "scaling": [dict(step) for step in scaling or []],
+        "instances_method": "measured: instances added (1, 2, 4, ..., the reported count as one step) while the "
+                            "aggregate SGEMM rose by more than the threshold; the platform's count is not trusted",
     }
     tps = (solo_llm or {}).get("tokens_per_sec")
     f.tokens_per_sec = float(tps) if isinstance(tps, int | float) else None
     f.evidence["llm"] = {
         "method": "batch-1 greedy decode of one capsule instance running alone: " + str((solo_llm or {}).get(
             "method", "")),
+        "seed": solo.get("seed"),
         "token_ids_sha256": (solo_llm or {}).get("token_ids_sha256"),
         "last_logits_sha256": (solo_llm or {}).get("last_logits_sha256"),
         "runs": (solo_llm or {}).get("runs"),
-        "aggregate_tokens_per_sec": agg_tps, "aggregate_per_instance": per_tps,
-        **({"aggregate_null_reason": why_l} if why_l else {}),
+        "run_stats": _spread(solo_llm, "run_stats"),
         **({} if f.tokens_per_sec is not None else {"null_reason": (solo_llm or {}).get("reason", "llm did not run")}),
     }
     if disk and disk.get("write_mbps") is not None:
@@ -103,5 +136,6 @@ def aggregate(concurrent: Sequence[Report], solo: Report, wall_overlap: float | 
                                  "file_mib": disk.get("file_mib"), "write": _spread(disk, "write_stats"),
                                  "read": _spread(disk, "read_stats")}
     else:
-        f.evidence["storage"] = {"null_reason": (disk or {}).get("skipped", "the disk probe did not run")}
+        why = (disk or {}).get("skipped") or (disk or {}).get("reason") or "the disk probe did not run"
+        f.evidence["storage"] = {"null_reason": why}
     return f

@@ -39,3 +39,13 @@ def plan_from_beacon(beacon_value_hex: str, node_id: str, probes: tuple[str, ...
         order[i], order[j] = order[j], order[i]
     jitter = rng.next() % max_jitter_ms if max_jitter_ms > 0 else 0
     return ProbePlan(seed.hex(), tuple(order), int(jitter))
+
+
+def instance_seed(seed_hex: str, index: int) -> str:
+    """The seed of instance `index` of a whole-device run: every instance computes different products,
+    so no instance can copy another's work, and each one's checksum reproduces from its own seed.
+    Browsers (through Pyodide) and servers derive it with this function."""
+    if not 0 <= index < 2**32:
+        raise ValueError(f"instance index must be in [0, 2^32), got {index}")
+    raw = bytes.fromhex(seed_hex)
+    return hashlib.sha256(b"ce-bench/v1/instance\n" + raw + index.to_bytes(4, "little")).hexdigest()

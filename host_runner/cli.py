@@ -125,7 +125,11 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def verify(file: Path) -> None:
+@click.option("--recompute", is_flag=True, help="also re-run the capsule on the seeds the profile names and "
+              "compare the SGEMM checksums and the decoded-token hash")
+@click.option("--capsule", "capsule_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CAPSULE,
+              show_default=True, help="the capsule used by --recompute")
+def verify(file: Path, recompute: bool, capsule_path: Path) -> None:
     """Check a signed NodeProfile (or JobReceipt): schema, and the signature by its node_id."""
     try:
         data = json.loads(file.read_text())
@@ -139,6 +143,30 @@ def verify(file: Path) -> None:
     except (ValidationError, SignatureError) as exc:
         raise UserError(f"{file}: invalid {kind}: {exc}") from None
     click.echo(f"{file}: valid {kind} signed by {data['node_id']}")
+    if recompute:
+        recompute_profile(file, data, capsule_path)
+
+
+def recompute_profile(file: Path, profile: dict[str, Any], capsule_path: Path) -> None:
+    from host_runner.recompute import claims_of
+    from host_runner.recompute import recompute as run_recompute
+
+    claims = claims_of(profile)
+    if not claims:
+        raise UserError(f"{file}: the evidence names no seed and checksum to recompute")
+    outcomes = run_recompute(claims, checked_capsule(capsule_path))
+    for o in outcomes:
+        c = o.claim
+        where = f"--seed {c.seed[:16]}..." + (f" --sgemm-n {c.sgemm_n}" if c.sgemm_n else "")
+        if o.reproduced:
+            click.echo(f"  reproduced  {c.what}: {c.key} {c.expected[:16]}... ({where})")
+        else:
+            got = o.error or (f"got {o.actual[:16]}..." if o.actual else "no value")
+            click.echo(f"  MISMATCH    {c.what}: {c.key} claimed {c.expected[:16]}..., {got} ({where})")
+    bad = [o for o in outcomes if not o.reproduced]
+    if bad:
+        raise UserError(f"{file}: {len(bad)} of {len(outcomes)} recomputed value(s) differ from the profile's claims")
+    click.echo(f"{file}: all {len(outcomes)} recomputed value(s) match")
 
 
 @main.group()

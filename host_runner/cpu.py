@@ -1,20 +1,27 @@
-"""Whole-CPU measurement: capsule.wasm instances, one per core, started together under wasmtime-py.
+"""Whole-CPU measurement: capsule.wasm instances started together under wasmtime-py.
 
 wasm has no threads here, so parallelism comes from instances. wasmtime-py calls into wasm through
-ctypes, which releases the GIL, so Python threads run the instances truly in parallel. Each thread
-records when its instance started and ended; the report states how much the instances overlapped.
+ctypes, which releases the GIL, so Python threads run the instances truly in parallel. How many
+instances is measured, not read from psutil (capsule/scaling.py): short SGEMM steps with 1, 2, 4, ...
+instances (the reported core count as one step) until the aggregate stops rising, then the whole-CPU run
+with the last count that paid. Figures are work over the instances' common window (capsule/aggregate.py).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capsule.plan import instance_seed
+from capsule.scaling import DEFAULT_SCALING, ScalingConfig, chosen_instances, next_instances, window_rate, work_spans
 from host_runner.wasm import CapsuleError, CommandResult, default_engine, load_module, run_command
+
+# One scaling step: SGEMM only, at least 3 products per instance after the warm-up.
+STEP_BUDGET_MS = 600
 
 
 @dataclass(frozen=True)
@@ -24,8 +31,17 @@ class ConcurrentRun:
     wall_s: float
 
 
-def run_concurrent(wasm: Path, args: Sequence[str], instances: int, scratch: Path | None = None) -> ConcurrentRun:
-    """Runs `instances` copies of the capsule at once; raises CapsuleError if any fails."""
+@dataclass(frozen=True)
+class WholeCpu:
+    run: ConcurrentRun
+    curve: list[dict[str, Any]]  # [{"instances": k, "gflops_fp32": aggregate or None}]
+    instances: int
+
+
+def run_concurrent(wasm: Path, args_for: Callable[[int], Sequence[str]], instances: int,
+                   scratch: Path | None = None) -> ConcurrentRun:
+    """Runs `instances` copies of the capsule at once, instance i with args_for(i); raises CapsuleError
+    if any fails."""
     engine = default_engine()
     load_module(engine, wasm)  # compile once, before the barrier
     barrier = threading.Barrier(instances)
@@ -36,7 +52,7 @@ def run_concurrent(wasm: Path, args: Sequence[str], instances: int, scratch: Pat
         try:
             barrier.wait()
             t0 = time.perf_counter()
-            results[i] = run_command(wasm, args, scratch=scratch, engine=engine)
+            results[i] = run_command(wasm, args_for(i), scratch=scratch, engine=engine)
             spans[i] = (t0, time.perf_counter())
         except BaseException as exc:  # reported below, never lost in a thread
             results[i] = exc
@@ -50,8 +66,34 @@ def run_concurrent(wasm: Path, args: Sequence[str], instances: int, scratch: Pat
     for i, r in enumerate(results):
         if isinstance(r, BaseException):
             raise CapsuleError(f"capsule instance {i} failed: {r}")
-        assert r is not None
+        if r is None:
+            raise CapsuleError(f"capsule instance {i} returned nothing")
         reports.append(r.report())
     start, end = max(s for s, _ in spans), min(e for _, e in spans)
     total = max(e for _, e in spans) - min(s for s, _ in spans)
     return ConcurrentRun(reports, max(0.0, end - start) / total if total > 0 else 0.0, total)
+
+
+def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,
+                      sgemm_n: int = 1024, config: ScalingConfig = DEFAULT_SCALING,
+                      step: Callable[[int, bool], None] | None = None) -> WholeCpu:
+    """Finds the instance count by measurement, then runs the whole-CPU probes (sgemm and triad-only
+    stream, in `order`) with it. `reported` is the platform's core count: a starting point, not a fact."""
+    def args(probes: str, budget: int) -> Callable[[int], list[str]]:
+        return lambda i: ["--probes", probes, "--seed", instance_seed(seed_hex, i), "--budget-ms", str(budget),
+                          "--soft-budget", "--sgemm-n", str(sgemm_n), "--stream-triad-only"]
+
+    curve: list[tuple[int, float | None]] = []
+    while (k := next_instances(curve, max(1, reported), config)) is not None:
+        if step:
+            step(k, False)
+        trial = run_concurrent(wasm, args("sgemm", STEP_BUDGET_MS), k)
+        rate = window_rate([work_spans(r, "sgemm") for r in trial.reports]).rate
+        curve.append((k, None if rate is None else rate / 1e9))
+    chosen = chosen_instances(curve, config)
+    probes = ",".join(p for p in order if p in ("sgemm", "stream"))
+    if step:
+        step(chosen, True)
+    run = run_concurrent(wasm, args(probes, budget_ms), chosen)
+    return WholeCpu(run, [{"instances": k, "gflops_fp32": None if r is None else round(r, 3)} for k, r in curve],
+                    chosen)

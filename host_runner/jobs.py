@@ -143,7 +143,7 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
     profile = None
     if report is not None:
         info = facts_mod.gather(Path.cwd())
-        figures = aggregate([report], report, 1.0)
+        figures = aggregate([report], report)
         profile = sign("NodeProfile", build_profile(
             node_id=key.node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(capsule_path),
             cores=info.cores, threads=info.threads,

@@ -18,7 +18,7 @@ from capsule.plan import CPU_PROBES, plan_from_beacon
 from capsule.profile import build_profile
 from capsule.signing import sign
 from host_runner import facts as facts_mod
-from host_runner.cpu import run_concurrent
+from host_runner.cpu import measure_whole_cpu
 from host_runner.gpu import probe_all
 from host_runner.keys import NodeKey
 from host_runner.wasm import run_command
@@ -31,7 +31,7 @@ Progress = Callable[[str, float], None]  # (phase name, expected seconds) when a
 class RunOptions:
     capsule: Path
     phase_budget_ms: int = 3000
-    instances: int | None = None       # default: one per physical core
+    instances: int | None = None       # the core count the instance search starts from (default: psutil's)
     scratch: Path | None = None        # default: a temporary directory under the current one
     gpu: bool = True
     jitter: bool = True
@@ -60,12 +60,14 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         time.sleep(plan.start_jitter_ms / 1000)
     scratch_parent = opts.scratch or Path.cwd()
     info = facts_mod.gather(scratch_parent)
-    instances = opts.instances or info.cores
+    reported = opts.instances or info.cores
     budget = str(opts.phase_budget_ms)
-    step(f"whole CPU: {instances} capsule instances ({', '.join(plan.order)})", opts.phase_budget_ms / 1000 * 1.4)
     t = time.perf_counter()
-    conc = run_concurrent(opts.capsule, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
-                                         "--budget-ms", budget, "--soft-budget"], instances)
+    whole = measure_whole_cpu(
+        opts.capsule, plan.seed_hex, plan.order, reported, opts.phase_budget_ms,
+        step=lambda k, final: step(f"whole CPU: {k} instances (sgemm, STREAM triad)", opts.phase_budget_ms / 1000)
+        if final else step(f"whole CPU: how many instances pay? trying {k} (the platform says {reported})", 1.0))
+    conc = whole.run
     timings["concurrent_s"] = time.perf_counter() - t
     step("one core alone (sgemm, llm, disk)", opts.phase_budget_ms / 1000 * 1.4)
     t = time.perf_counter()
@@ -85,7 +87,9 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         timings["gpu_s"] = time.perf_counter() - t
     else:
         notes = ["GPU probes disabled (--no-gpu)"]
-    figures = aggregate(conc.reports, solo, conc.wall_overlap)
+    figures = aggregate(conc.reports, solo, whole.curve)
+    figures.evidence["cpu"]["reported_cores"] = {"value": reported, "source": "--instances" if opts.instances
+                                                 else "psutil.cpu_count(logical=False)", "trusted": False}
     profile = build_profile(
         node_id=node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(opts.capsule),
         cores=info.cores, threads=info.threads,

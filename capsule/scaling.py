@@ -1,0 +1,129 @@
+"""Whole-device figures that do not trust the platform's core count.
+
+wasm has no threads here, so a whole-device figure comes from several capsule instances running at once
+(wasmtime-py threads on servers, Web Workers in browsers). Two rules keep that figure true when the
+instances share fewer cores than the platform claims (WebKit reports 4 on 2 cores, Safari rounds on
+purpose, containers see the host's count):
+
+* **Work over the common window.** Each instance reports the spans of its samples with the work done in
+  them (`probes.<probe>.work.spans_ms`, with `clock.anchor_unix_ms` to place them on one timeline). The
+  figure is the work all instances did inside the window in which all of them were running, divided by
+  the window's length. Time-sliced instances then add up to what the cores really did; a sum of
+  per-instance medians would count every instance at full speed, because short samples often dodge
+  the scheduler.
+* **Instances found by measurement.** Instances are added (1, 2, 4, ... with the reported count as one
+  of the steps) while the aggregate rises by more than `min_gain`; the whole-device run uses the last
+  count that still paid. The curve is kept as evidence.
+
+Pure stdlib and free of I/O: the browser runs this file under Pyodide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Span = tuple[float, float, float]  # start, end (unix ms), work done in between (flop or byte)
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """Defaults of the instance search; units in the names."""
+
+    # Smallest relative rise of the aggregate that counts as "another instance paid off". SMT siblings on
+    # SIMD-bound SGEMM typically add 0-20%, real cores 80-100%; 10% keeps real cores and drops noise.
+    min_gain: float = 0.10
+    # Upper bound on instances, whatever the platform says (browsers: memory per worker on phones).
+    max_instances: int = 256
+    # A window shorter than this share of the run means the instances barely overlapped.
+    min_overlap_frac: float = 0.5
+
+
+DEFAULT_SCALING = ScalingConfig()
+
+
+@dataclass(frozen=True)
+class WindowRate:
+    rate: float | None       # work per second over the window (None: no common window)
+    window_ms: float          # length of the window all instances ran in
+    span_ms: float            # first start to last end over all instances
+    work_in_window: float
+    reason: str = ""
+
+    @property
+    def overlap_frac(self) -> float:
+        return self.window_ms / self.span_ms if self.span_ms > 0 else 0.0
+
+
+def work_spans(report: Mapping[str, Any], probe: str) -> list[Span]:
+    """The spans of `probe` in a ProbeReport, on the unix-ms timeline; [] when the probe has none."""
+    clock = report.get("clock")
+    anchor = clock.get("anchor_unix_ms") if isinstance(clock, Mapping) else None
+    probes = report.get("probes")
+    entry = probes.get(probe) if isinstance(probes, Mapping) else None
+    work = entry.get("work") if isinstance(entry, Mapping) else None
+    raw = work.get("spans_ms") if isinstance(work, Mapping) else None
+    if not isinstance(anchor, int | float) or not isinstance(raw, list):
+        return []
+    spans: list[Span] = []
+    for item in raw:
+        if (isinstance(item, list) and len(item) == 3 and all(isinstance(v, int | float) for v in item)
+                and all(math.isfinite(v) for v in item) and item[1] > item[0] and item[2] >= 0):
+            spans.append((float(anchor) + item[0], float(anchor) + item[1], float(item[2])))
+    return spans
+
+
+def window_rate(instances: Sequence[Sequence[Span]]) -> WindowRate:
+    """Work per second done by all instances together while every one of them was running.
+
+    The window starts when the last instance began its first sample and ends when the first instance
+    finished its last one; a sample that straddles an edge counts in proportion to its overlap."""
+    if not instances or any(not spans for spans in instances):
+        return WindowRate(None, 0.0, 0.0, 0.0, "an instance reported no work spans")
+    start = max(min(s for s, _, _ in spans) for spans in instances)
+    end = min(max(e for _, e, _ in spans) for spans in instances)
+    first = min(min(s for s, _, _ in spans) for spans in instances)
+    last = max(max(e for _, e, _ in spans) for spans in instances)
+    if end <= start:
+        return WindowRate(None, 0.0, last - first, 0.0, "the instances never ran at the same time")
+    work = 0.0
+    for spans in instances:
+        for s, e, w in spans:
+            overlap = min(e, end) - max(s, start)
+            if overlap > 0:
+                work += w * overlap / (e - s)
+    return WindowRate(work / ((end - start) / 1e3), end - start, last - first, work)
+
+
+def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
+                   config: ScalingConfig = DEFAULT_SCALING) -> int | None:
+    """The next instance count to try, or None when the search is over. curve: (instances, aggregate)
+    measured so far, in order. Steps double from 1, with `reported` (the platform's claim) as one step;
+    the search goes past the claim as long as the aggregate keeps rising."""
+    if not curve:
+        return 1
+    k, rate = curve[-1]
+    if rate is None:
+        return None
+    if len(curve) >= 2:
+        previous = curve[-2][1]
+        if previous is None or rate < previous * (1.0 + config.min_gain):
+            return None
+    if k >= config.max_instances:
+        return None
+    step = 2 * k
+    if k < reported < step:
+        step = reported
+    return min(step, config.max_instances)
+
+
+def chosen_instances(curve: Sequence[tuple[int, float | None]], config: ScalingConfig = DEFAULT_SCALING) -> int:
+    """The last count whose step raised the aggregate by more than min_gain (1 if none did)."""
+    best = curve[0][0] if curve else 1
+    for (_, r0), (k, r1) in zip(curve, curve[1:], strict=False):
+        if r0 is None or r1 is None or r1 < r0 * (1.0 + config.min_gain):
+            break
+        best = k
+    return best
