@@ -58,7 +58,7 @@ def main() -> int:
         total = sum(compressed_size(u) for u in first_visit)
     ev = profile["evidence"]["cpu"]
     browser_sgemm = ev["gflops_fp32"]["single_core"]
-    browser_triad = ev["mem_bw_gbps"]["per_instance"][0]
+    browser_triad = ev["mem_bw_gbps"]["per_instance_median"][0]
     mib = ev["mem_bw_gbps"]["array_mib"]
     cmd = [wasmtime, "run", str(ROOT / "build" / "capsule.wasm"), "--probes", "sgemm,stream", "--sgemm-n", "512",
            "--stream-mib", str(mib), "--seed", "b0", "--budget-ms", "4000"]

@@ -75,32 +75,51 @@ function throttled(samples) {
 
 async function sha256Hex(buffer) { return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", buffer))); }
 
+// Capsule arguments, exactly as `wasmtime run capsule.wasm` takes them (the reactor runs the same driver).
+const SGEMM_N = 512; // phones: a 512 product is ~0.05 s on a slow core; the evidence names n
+const STEP_BUDGET_MS = 500, WHOLE_BUDGET_MS = 3000, SOLO_BUDGET_MS = 2000;
+
 async function measure(py, key, nodeId) {
   const beacon = await getBeacon();
   const plan = py.plan(beacon.value, nodeId);
-  const threads = Math.max(1, Math.min(navigator.hardwareConcurrency || 1, 16));
+  // The platform's count is where the instance search starts, never a fact (WebKit says 4 on 2 cores).
+  const claimed = Math.max(1, navigator.hardwareConcurrency || 1);
   const wasm = await (await fetch("/capsule-reactor.wasm")).arrayBuffer();
   const module = await WebAssembly.compile(wasm);
-  const workers = Array.from({ length: threads }, () => new Worker("/probe-worker.js"));
+  const workers = [];
+  const pool = async (count) => {
+    while (workers.length < count) {
+      const w = new Worker("/probe-worker.js");
+      workers.push(w);
+      await call(w, { cmd: "init", module });
+    }
+    return workers.slice(0, count);
+  };
+  const runAll = (ws, argsFor) => Promise.all(ws.map((w, i) => call(w, { cmd: "run", args: argsFor(i) })))
+    .then((results) => results.map((r) => r.report));
   const isolated = self.crossOriginIsolated === true;
   const heavyStart = performance.now();
-  let concurrent, cpuNotes = [];
+  // STREAM arrays as large as the device can spare (3 per worker), reported in the evidence
+  const mib = (navigator.deviceMemory || 4) >= 8 ? 64 : (navigator.deviceMemory || 4) >= 4 ? 32 : 16;
+  let concurrent, chosen, curve = [], cpuNotes = [];
   try {
     concurrent = await phase("cpu", async () => {
-      await Promise.all(workers.map((w) => call(w, { cmd: "init", module })));
-      const sg = await Promise.all(workers.map((w, i) => call(w, { cmd: "sgemm", n: 512, ms: 2500, seed: 12345 + i })));
-      if (sg.some((r) => throttled(r.samples))) cpuNotes.push("throughput dropped sharply during the run (thermal throttling?)");
-      // STREAM arrays as large as the device can spare (3 per worker), reported in the evidence
-      const mib = (navigator.deviceMemory || 4) >= 8 ? 64 : (navigator.deviceMemory || 4) >= 4 ? 32 : 16;
-      const tr = await Promise.all(workers.map((w) => call(w, { cmd: "triad", mib, ms: 1500, isolated })));
-      return sg.map((s, i) => ({ probes: { sgemm: s, stream: tr[i] } }));
+      let k;
+      while ((k = py.nextInstances(curve, claimed)) !== null) {
+        const reports = await runAll(await pool(k), (i) => ["--probes", "sgemm", "--seed", py.instanceSeed(plan.seed, i),
+          "--budget-ms", String(STEP_BUDGET_MS), "--soft-budget", "--sgemm-n", String(SGEMM_N)]);
+        curve.push([k, py.windowRate(reports, "sgemm")]);
+      }
+      chosen = py.chosenInstances(curve);
+      const probes = plan.order.filter((p) => p === "sgemm" || p === "stream").join(",");
+      const reports = await runAll(await pool(chosen), (i) => ["--probes", probes, "--seed", py.instanceSeed(plan.seed, i),
+        "--budget-ms", String(WHOLE_BUDGET_MS), "--soft-budget", "--sgemm-n", String(SGEMM_N),
+        "--stream-mib", String(mib), "--stream-triad-only"]);
+      if (reports.some((r) => throttled(r.probes.sgemm.samples || []))) cpuNotes.push("throughput dropped sharply during the run (thermal throttling?)");
+      return reports;
     });
-    const solo = await phase("solo", async () => ({
-      probes: {
-        sgemm: await call(workers[0], { cmd: "sgemm", n: 512, ms: 800, seed: 999 }),
-        llm: await call(workers[0], { cmd: "llm", seedLo: plan.seed_lo, seedHi: plan.seed_hi, prompt: plan.prompt }),
-      },
-    }));
+    const solo = await phase("solo", async () => (await runAll(await pool(1), () => ["--probes", "sgemm,llm",
+      "--seed", plan.seed, "--budget-ms", String(SOLO_BUDGET_MS), "--soft-budget", "--sgemm-n", String(SGEMM_N)]))[0]);
     const overBudget = () => (performance.now() - heavyStart) / 1000 > HEAVY_BUDGET_S;
     const skipped = `skipped: this run's ${HEAVY_BUDGET_S} s budget of heavy work was used up (phone safety)`;
     solo.probes.disk = overBudget() ? { write_mbps: null, read_mbps: null, skipped }
@@ -114,14 +133,14 @@ async function measure(py, key, nodeId) {
     const args = {
       node_id: nodeId, measured_at: Math.floor(Date.now() / 1000), beacon,
       capsule: { version: "1.0.0", sha256: await sha256Hex(wasm) },
-      cores: threads, threads, memory: { total_mb: navigator.deviceMemory ? Math.round(navigator.deviceMemory * 1024) : null, available_mb: null },
+      cores: chosen, threads: chosen, memory: { total_mb: navigator.deviceMemory ? Math.round(navigator.deviceMemory * 1024) : null, available_mb: null },
       storage_total_gb: null,
       storage_free_gb: estimate && estimate.quota ? Math.floor((estimate.quota - (estimate.usage || 0)) / 1e9) : null,
       gpus: gpu.gpus,
       runtime: { os: (uaData && uaData.platform) || navigator.platform || "unknown", arch: high.architecture || "unknown",
                  kind: "browser", docker: false, gvisor: false, wasm: true,
                  engine: brand ? `${brand.brand} ${brand.version}` : navigator.userAgent.slice(0, 120) },
-      concurrent, solo, overlap: null,
+      concurrent, solo, scaling: curve.map(([k, rate]) => ({ instances: k, gflops_fp32: rate === null ? null : Math.round(rate * 1000) / 1000 })),
       evidence: {
         gpus: gpu.evidence || [], gpu_notes: gpu.notes, cpu_notes: cpuNotes,
         plan: { seed: plan.seed, order: plan.order, beacon_source: "relay (this page's origin)" },
@@ -131,7 +150,8 @@ async function measure(py, key, nodeId) {
         memory: { method: "navigator.deviceMemory: a rounded estimate capped at 8 GiB; available memory is not exposed to pages" },
         storage_totals: "free_gb = origin quota left (navigator.storage.estimate), an estimate; the disk total is not exposed",
         capsule_note: "capsule.sha256 is of capsule-reactor.wasm: browsers run the reactor build of the same C",
-        cores_note: "navigator.hardwareConcurrency counts logical processors; cores = threads here",
+        cores_note: "cores = threads = the instance count the measurement chose (evidence.cpu.scaling); " +
+          "navigator.hardwareConcurrency is recorded as a claim and not trusted",
       },
     };
     return { args, beacon };
@@ -144,7 +164,7 @@ function show(profile) {
   const cpu = profile.cpu, llm = profile.llm, st = profile.storage, g = profile.gpus[0];
   const f = (v, d = 1) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
   const rows = [
-    ["CPU fp32", `${f(cpu.gflops_fp32)} GFLOP/s`, `${cpu.threads} Web Workers, wasm SIMD128`],
+    ["CPU fp32", `${f(cpu.gflops_fp32)} GFLOP/s`, `${cpu.threads} Web Workers (count measured), wasm SIMD128`],
     ["memory bandwidth", `${f(cpu.mem_bw_gbps, 2)} GB/s`, "STREAM triad, all workers"],
     ["reference model", `${f(llm.tokens_per_sec)} tokens/s`, "ce-ref-15m-f32 decode, one worker"],
     ["storage write / read", `${f(st.write_mbps, 0)} / ${f(st.read_mbps, 0)} MB/s`, profile.evidence.storage?.null_reason || "OPFS"],
@@ -186,6 +206,7 @@ async function join() {
     const nodeId = py.nodeId(key.publicKey);
     setStatus(`node ${nodeId}${key.created ? " (new key)" : ""}: measuring…`);
     const { args } = await measure(py, key, nodeId);
+    window.ceReports = { concurrent: args.concurrent, solo: args.solo }; // the raw ProbeReports (tests read them)
     const result = await phase("report", async () => {
       const { profile, message } = py.profile(args);
       profile.sig = b64url(await key.sign(unhex(message)));

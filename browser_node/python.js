@@ -8,9 +8,9 @@ import json
 from capsule.aggregate import aggregate
 from capsule.canonical import signing_message
 from capsule.peerid import peer_id_from_public_key
-from capsule.plan import CPU_PROBES, plan_from_beacon
+from capsule.plan import CPU_PROBES, instance_seed, plan_from_beacon
+from capsule.scaling import chosen_instances, next_instances, window_rate, work_spans
 from capsule.profile import build_profile
-from capsule.seeding import PROMPT_STREAM, SplitMix64, seed64
 from capsule.typed import parse
 from capsule.model import NodeProfile
 
@@ -23,19 +23,27 @@ def ce_public_key(node_id):
 
 def ce_plan(beacon_value, node_id):
     plan = plan_from_beacon(beacon_value, node_id, CPU_PROBES)
-    s = seed64(plan.seed_hex)
-    rng = SplitMix64(s ^ PROMPT_STREAM)
-    return json.dumps({"seed": plan.seed_hex, "order": list(plan.order), "jitter_ms": plan.start_jitter_ms,
-                       "seed_lo": s & 0xFFFFFFFF, "seed_hi": s >> 32, "prompt": [rng.next() % 32000 for _ in range(32)]})
+    return json.dumps({"seed": plan.seed_hex, "order": list(plan.order), "jitter_ms": plan.start_jitter_ms})
 
 def ce_profile(args_json):
     a = json.loads(args_json)
-    figures = aggregate(a["concurrent"], a["solo"], a.get("overlap"))
+    figures = aggregate(a["concurrent"], a["solo"], a.get("scaling"))
     profile = build_profile(node_id=a["node_id"], measured_at=a["measured_at"], beacon=a["beacon"],
         capsule=a["capsule"], cores=a["cores"], threads=a["threads"], memory=a["memory"],
         storage_total_gb=a["storage_total_gb"], storage_free_gb=a["storage_free_gb"], figures=figures,
         gpus=a["gpus"], runtime=a["runtime"], ref_model="ce-ref-15m-f32", evidence_extra=a["evidence"])
     return json.dumps({"profile": profile, "message": signing_message("NodeProfile", profile).hex()})
+
+def ce_next_instances(curve_json, claimed):
+    k = next_instances([tuple(step) for step in json.loads(curve_json)], int(claimed))
+    return -1 if k is None else k
+
+def ce_chosen_instances(curve_json):
+    return chosen_instances([tuple(step) for step in json.loads(curve_json)])
+
+def ce_window_rate(reports_json, probe):
+    rate = window_rate([work_spans(r, probe) for r in json.loads(reports_json)]).rate
+    return json.dumps(None if rate is None else rate / 1e9)
 
 def ce_message(kind, obj_json):
     return signing_message(kind, json.loads(obj_json)).hex()
@@ -61,6 +69,11 @@ export async function loadCapsulePython() {
     plan: (beaconValue, nodeId) => JSON.parse(fn("ce_plan")(beaconValue, nodeId)),
     profile: (args) => JSON.parse(fn("ce_profile")(JSON.stringify(args))),
     message: (kind, obj) => fn("ce_message")(kind, JSON.stringify(obj)),
+    // the whole-device instance search and window figures (capsule/scaling.py), as servers run them
+    instanceSeed: (seed, i) => fn("instance_seed")(seed, i),
+    nextInstances: (curve, claimed) => { const k = fn("ce_next_instances")(JSON.stringify(curve), claimed); return k < 0 ? null : k; },
+    chosenInstances: (curve) => fn("ce_chosen_instances")(JSON.stringify(curve)),
+    windowRate: (reports, probe) => JSON.parse(fn("ce_window_rate")(JSON.stringify(reports), probe)),
     publicKeyHex: (nodeId) => fn("ce_public_key")(nodeId),
     check: (profile) => fn("ce_check")(JSON.stringify(profile)),
   };

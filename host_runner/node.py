@@ -89,10 +89,11 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         notes = ["GPU probes disabled (--no-gpu)"]
     figures = aggregate(conc.reports, solo, whole.curve)
     figures.evidence["cpu"]["reported_cores"] = {"value": reported, "source": "--instances" if opts.instances
-                                                 else "psutil.cpu_count(logical=False)", "trusted": False}
+                                                 else "psutil.cpu_count(logical=False)", "trusted": False,
+                                                 "note": "cpu.cores is the instance count the measurement chose"}
     profile = build_profile(
         node_id=node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(opts.capsule),
-        cores=info.cores, threads=info.threads,
+        cores=whole.instances, threads=info.threads,
         memory={"total_mb": info.total_mb, "available_mb": info.available_mb},
         storage_total_gb=info.storage_total_gb, storage_free_gb=info.storage_free_gb, figures=figures,
         gpus=gpus,

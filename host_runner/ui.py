@@ -69,8 +69,8 @@ def results_table(profile: dict[str, Any]) -> Table:
     g = ev["cpu"]["gflops_fp32"]
     table.add_row("CPU", f"{cpu['cores']} cores / {cpu['threads']} threads", "", profile["runtime"]["arch"])
     table.add_row("CPU fp32", _fmt(cpu["gflops_fp32"], 1), "GFLOP/s",
-                  g.get("null_reason") or f"{ev['cpu']['instances']} wasm SIMD128 instances; 1 core alone "
-                  f"{_fmt(g.get('single_core'), 1)}, scaling {_fmt(g.get('scaling'))}")
+                  g.get("null_reason") or f"{ev['cpu']['instances']} wasm SIMD128 instances (count measured), "
+                  f"work over their common window; 1 core alone {_fmt(g.get('single_core'), 1)}")
     table.add_row("memory bandwidth", _fmt(cpu["mem_bw_gbps"]), "GB/s",
                   ev["cpu"]["mem_bw_gbps"].get("null_reason") or "STREAM triad, all instances")
     table.add_row("memory", f"{profile['memory']['total_mb']:,} total / {profile['memory']['available_mb']:,} free",
@@ -81,8 +81,7 @@ def results_table(profile: dict[str, Any]) -> Table:
                   ev["storage"].get("null_reason") or "may be served by the page cache (upper bound)")
     table.add_row("storage", f"{storage['total_gb']} total / {storage['free_gb']} free", "GB", "psutil")
     table.add_row(f"LLM {llm['ref_model']}", _fmt(llm["tokens_per_sec"], 1), "tokens/s",
-                  ev["llm"].get("null_reason") or f"batch-1 decode; all cores together "
-                  f"{_fmt(ev['llm'].get('aggregate_tokens_per_sec'), 1)}")
+                  ev["llm"].get("null_reason") or "batch-1 decode of one instance alone (tg128)")
     for gpu, gev in zip(profile["gpus"], ev.get("gpus", []), strict=False):
         table.add_row(f"GPU {gpu['model']}", f"fp32 {_fmt(gpu['fp32_tflops'], 4)} / fp16 {_fmt(gpu['fp16_tflops'], 4)}",
                       "TFLOP/s", f"{gpu['backend']}, WGSL matmul n={gev['fp32_matmul'].get('n')}, checked vs numpy")

@@ -26,26 +26,55 @@ def test_plan_orders_and_jitters_vary() -> None:
     assert len({p.start_jitter_ms for p in plans}) > 150
 
 
-def report(gflops: float | None, triad: float | None, tps: float | None) -> dict[str, Any]:
-    return {"probes": {"sgemm": {"gflops": gflops, "n": 1024, "stats": {"n": 5, "median": gflops}},
-                       "stream": {"triad_gbps": triad}, "llm": {"tokens_per_sec": tps, "runs": [tps]}}}
+def report(gflops: float | None, triad: float | None, tps: float | None, spans: list[list[float]] | None = None,
+           seed: str = "aa", anchor: float = 1_000_000.0) -> dict[str, Any]:
+    """A ProbeReport whose SGEMM and triad work spans are `spans` ([start_ms, end_ms, work])."""
+    spans = spans if spans is not None else [[0.0, 100.0, 1e9]]
+    return {"seed": seed, "clock": {"anchor_unix_ms": anchor},
+            "probes": {"sgemm": {"gflops": gflops, "n": 1024, "checksum": "c" + seed,
+                                 "stats": {"n": 5, "median": gflops}, "work": {"unit": "flop", "spans_ms": spans}},
+                       "stream": {"triad_gbps": triad, "work": {"unit": "byte", "spans_ms": spans}},
+                       "llm": {"tokens_per_sec": tps, "runs": [tps], "token_ids_sha256": "t" + seed}}}
 
 
-def test_whole_cpu_sums_concurrent_instances() -> None:
-    solo = report(40.0, 15.0, 200.0)
+def test_whole_cpu_is_work_over_the_common_window() -> None:
+    solo = report(40.0, 15.0, 200.0, seed="50")
     solo["probes"]["disk"] = {"write_mbps": 900.0, "read_mbps": 2000.0, "read_cache": "may be page cache"}
-    f = aggregate([report(38.0, 8.0, 150.0), report(37.0, 7.5, 140.0)], solo, 0.95)
-    assert f.gflops_fp32 == 75.0 and f.mem_bw_gbps == 15.5
-    assert f.tokens_per_sec == 200.0  # batch-1 decode alone; the concurrent sum is evidence
-    assert f.evidence["llm"]["aggregate_tokens_per_sec"] == 290.0
-    assert f.evidence["cpu"]["gflops_fp32"]["scaling"] == 75.0 / 80.0
-    assert f.evidence["cpu"]["wall_overlap"] == 0.95
+    # instance 0 runs 0-400 ms, instance 1 starts 100 ms later (its own clock anchor) and runs to 500 ms:
+    # the common window is 100-400 ms; each 100 ms product is 4e9 flop (40 GFLOP/s) -> 80 GFLOP/s
+    a = report(38.0, 8.0, 150.0, [[t, t + 100.0, 4e9] for t in (0.0, 100.0, 200.0, 300.0)], seed="01")
+    b = report(37.0, 7.5, 140.0, [[t, t + 100.0, 4e9] for t in (0.0, 100.0, 200.0, 300.0)], seed="02",
+               anchor=1_000_100.0)
+    f = aggregate([a, b], solo, [{"instances": 1, "gflops_fp32": 40.0}, {"instances": 2, "gflops_fp32": 80.0}])
+    assert f.gflops_fp32 == 80.0 and f.mem_bw_gbps == 80.0
+    cpu = f.evidence["cpu"]
+    assert cpu["gflops_fp32"]["window_ms"] == 300.0 and cpu["gflops_fp32"]["overlap_frac"] == 0.6
+    assert cpu["gflops_fp32"]["instances"] == [{"seed": "01", "checksum": "c01"}, {"seed": "02", "checksum": "c02"}]
+    assert cpu["gflops_fp32"]["solo"] == {"seed": "50", "n": 1024, "checksum": "c50"}
+    assert cpu["scaling"][1] == {"instances": 2, "gflops_fp32": 80.0}
+    assert f.tokens_per_sec == 200.0  # batch-1 decode alone
+    assert f.evidence["llm"]["seed"] == "50" and f.evidence["llm"]["token_ids_sha256"] == "t50"
     assert (f.write_mbps, f.read_mbps) == (900.0, 2000.0)
+
+
+def test_time_sliced_instances_add_up_to_the_cores_not_to_their_count() -> None:
+    """Four instances on two cores: each gets half the time. Short samples that dodge the scheduler run
+    at full speed (median 40 each, sum 160), but the work over the window is two cores' worth."""
+    spans = [[t * 20.0, t * 20.0 + 10.0, 0.4e9] for t in range(50)]  # 10 ms at 40 GFLOP/s, then 10 ms waiting
+    reports = [report(40.0, 10.0, None, spans, seed=f"0{i}") for i in range(4)]
+    f = aggregate(reports, report(40.0, 15.0, 200.0))
+    assert f.gflops_fp32 is not None and abs(f.gflops_fp32 - 80.0) < 1.0
 
 
 def test_a_failed_instance_makes_the_figure_null_with_reason() -> None:
     f = aggregate([report(38.0, 8.0, 150.0), report(None, 7.5, 140.0)], report(40.0, 15.0, 200.0))
     assert f.gflops_fp32 is None
     assert "instance(s) [1]" in f.evidence["cpu"]["gflops_fp32"]["null_reason"]
-    assert f.mem_bw_gbps == 15.5
+    assert f.mem_bw_gbps is not None
     assert f.write_mbps is None and "did not run" in f.evidence["storage"]["null_reason"]
+
+
+def test_instances_that_never_overlapped_give_null() -> None:
+    late = report(38.0, 8.0, None, anchor=2_000_000.0)
+    f = aggregate([report(38.0, 8.0, None), late], report(40.0, 15.0, 200.0))
+    assert f.gflops_fp32 is None and "never ran at the same time" in f.evidence["cpu"]["gflops_fp32"]["null_reason"]

@@ -48,7 +48,8 @@ def test_run_end_to_end_with_gpu(tmp_path: Path, artifacts: Artifacts) -> None:
     verify_record("NodeProfile", profile)
     cpu, ev = profile["cpu"], profile["evidence"]
     assert cpu["gflops_fp32"] > 0 and cpu["mem_bw_gbps"] > 0
-    assert ev["cpu"]["instances"] == cpu["cores"] == len(ev["cpu"]["gflops_fp32"]["per_instance"])
+    assert ev["cpu"]["instances"] == cpu["cores"] == len(ev["cpu"]["gflops_fp32"]["instances"])
+    assert [step["instances"] for step in ev["cpu"]["scaling"]][:2] == [1, 2]  # the count was measured
     assert ev["cpu"]["gflops_fp32"]["single_core"] > 0
     assert profile["llm"]["tokens_per_sec"] > 0 and profile["llm"]["ref_model"] == "ce-ref-15m-f32"
     assert profile["storage"]["write_mbps"] > 0 and profile["storage"]["read_mbps"] > 0
