@@ -12,8 +12,9 @@ purpose, containers see the host's count):
   per-instance medians would count every instance at full speed, because short samples often dodge
   the scheduler.
 * **Instances found by measurement.** Instances are added (1, 2, 4, ... with the reported count as one
-  of the steps) while the aggregate rises by more than `min_gain`; the whole-device run uses the last
-  count that still paid. The curve is kept as evidence.
+  of the steps) while the aggregate rises by more than `min_gain`; a small rise is confirmed by measuring
+  the previous count again. The whole-device run uses the last count that still paid. The curve is kept
+  as evidence.
 
 Pure stdlib and free of I/O: the browser runs this file under Pyodide.
 """
@@ -35,6 +36,10 @@ class ScalingConfig:
     # Smallest relative rise of the aggregate that counts as "another instance paid off". SMT siblings on
     # SIMD-bound SGEMM typically add 0-20%, real cores 80-100%; 10% keeps real cores and drops noise.
     min_gain: float = 0.10
+    # A rise between min_gain and this is ambiguous on a noisy machine (a disturbed previous step looks
+    # like a gain): the previous count is measured once more and its better figure is compared. Doubling
+    # onto real cores gives +60-100%, so honest steps are not re-measured.
+    confirm_below: float = 0.50
     # Upper bound on instances, whatever the platform says (browsers: memory per worker on phones).
     max_instances: int = 256
     # A window shorter than this share of the run means the instances barely overlapped.
@@ -97,20 +102,36 @@ def window_rate(instances: Sequence[Sequence[Span]]) -> WindowRate:
     return WindowRate(work / ((end - start) / 1e3), end - start, last - first, work)
 
 
+def _best_per_count(curve: Sequence[tuple[int, float | None]]) -> list[tuple[int, float | None]]:
+    """The curve with repeated counts merged (best figure), in the order the counts were first tried."""
+    best: dict[int, float | None] = {}
+    for k, rate in curve:
+        if k not in best:
+            best[k] = rate
+        elif rate is not None and (best[k] is None or rate > (best[k] or 0.0)):
+            best[k] = rate
+    return list(best.items())
+
+
 def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
                    config: ScalingConfig = DEFAULT_SCALING) -> int | None:
     """The next instance count to try, or None when the search is over. curve: (instances, aggregate)
     measured so far, in order. Steps double from 1, with `reported` (the platform's claim) as one step;
-    the search goes past the claim as long as the aggregate keeps rising."""
+    the search goes past the claim as long as the aggregate keeps rising. A small rise sends the search
+    back to the previous count once, to tell noise from a gain."""
     if not curve:
         return 1
-    k, rate = curve[-1]
+    steps = _best_per_count(curve)
+    k, rate = steps[-1]
     if rate is None:
         return None
-    if len(curve) >= 2:
-        previous = curve[-2][1]
-        if previous is None or rate < previous * (1.0 + config.min_gain):
+    if len(steps) >= 2:
+        k0, r0 = steps[-2]
+        if r0 is None or rate < r0 * (1.0 + config.min_gain):
             return None
+        measured_k0 = sum(1 for kk, _ in curve if kk == k0)
+        if rate < r0 * (1.0 + config.confirm_below) and measured_k0 == 1:
+            return k0
     if k >= config.max_instances:
         return None
     step = 2 * k
@@ -121,8 +142,9 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
 
 def chosen_instances(curve: Sequence[tuple[int, float | None]], config: ScalingConfig = DEFAULT_SCALING) -> int:
     """The last count whose step raised the aggregate by more than min_gain (1 if none did)."""
-    best = curve[0][0] if curve else 1
-    for (_, r0), (k, r1) in zip(curve, curve[1:], strict=False):
+    steps = _best_per_count(curve)
+    best = steps[0][0] if steps else 1
+    for (_, r0), (k, r1) in zip(steps, steps[1:], strict=False):
         if r0 is None or r1 is None or r1 < r0 * (1.0 + config.min_gain):
             break
         best = k

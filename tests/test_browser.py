@@ -220,10 +220,11 @@ def whole_device(browser: Browser, relay: RelayProcess, claimed_cores: int | Non
 
 
 def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Browser, relay: RelayProcess) -> None:
-    """A page told it has 8 cores (CDP override, like WebKit's 4 on 2 cores) reports whole-CPU GFLOP/s and
-    memory bandwidth within 10% of the unmodified run: the instance count and the figures are measured.
-    Runs alternate (plain, claimed, ...) three times each and medians are compared, so one noisy run on
-    these 2-core machines does not decide."""
+    """A page told it has 8 cores (CDP override, like WebKit's 4 on 2 cores) does not report more than 10%
+    above the unmodified run in whole-CPU GFLOP/s and memory bandwidth (a sum of per-worker medians would
+    double them): the instance count and the figures are measured.
+    Runs alternate (plain, claimed, ...) three times each and the median ratio of back-to-back pairs is
+    compared, so one noisy run, or the drift of this VM's memory bandwidth, does not decide."""
     import os
     import statistics
 
@@ -233,7 +234,7 @@ def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Bro
     for p in runs[8]:
         assert p["evidence"]["browser"]["hardware_concurrency"] == 8
         assert p["cpu"]["cores"] <= 2 * (os.cpu_count() or 1), p["evidence"]["cpu"]["scaling"]
-    for field in ("gflops_fp32", "mem_bw_gbps"):
-        plain = statistics.median(p["cpu"][field] for p in runs[None])
-        claimed = statistics.median(p["cpu"][field] for p in runs[8])
-        assert abs(claimed / plain - 1) <= 0.10, (field, plain, claimed)
+    for field in ("gflops_fp32", "mem_bw_gbps"):  # median of the ratios of back-to-back pairs
+        ratio = statistics.median(c["cpu"][field] / p["cpu"][field] for p, c in zip(runs[None], runs[8], strict=True))
+        # no inflation beyond 10%; below, 25% (VM noise between identical runs, see tests/test_whole_cpu.py)
+        assert 0.75 <= ratio <= 1.10, (field, ratio, [(p["cpu"], c["cpu"]) for p, c in zip(runs[None], runs[8])])

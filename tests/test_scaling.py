@@ -39,6 +39,14 @@ def test_the_reported_count_is_one_of_the_steps() -> None:
     assert [k for k, _ in curve] == [1, 2, 4, 6, 12] and chosen == 6
 
 
+def test_a_disturbed_step_is_measured_again_before_it_counts() -> None:
+    # two cores; the first 2-instance step was disturbed (70 instead of 80): 4 instances look like +14%,
+    # so 2 is measured again (80), and 4 no longer pays
+    figures = iter([40.0, 70.0, 80.0, 80.0])
+    curve, chosen = search(8, lambda k: next(figures))
+    assert curve == [(1, 40.0), (2, 70.0), (4, 80.0), (2, 80.0)] and chosen == 2
+
+
 def test_smt_siblings_that_add_little_are_not_counted() -> None:
     # 4 cores with SMT: 8 threads add 5% on SIMD-bound SGEMM
     curve, chosen = search(8, lambda k: 40.0 * min(k, 4) * (1.05 if k >= 8 else 1.0))
