@@ -106,9 +106,8 @@ def _best_per_count(curve: Sequence[tuple[int, float | None]]) -> list[tuple[int
     """The curve with repeated counts merged (best figure), in the order the counts were first tried."""
     best: dict[int, float | None] = {}
     for k, rate in curve:
-        if k not in best:
-            best[k] = rate
-        elif rate is not None and (best[k] is None or rate > (best[k] or 0.0)):
+        known = best.get(k)
+        if k not in best or (rate is not None and (known is None or rate > known)):
             best[k] = rate
     return list(best.items())
 
