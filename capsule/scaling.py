@@ -33,8 +33,9 @@ Span = tuple[float, float, float]  # start, end (unix ms), work done in between 
 class ScalingConfig:
     """Defaults of the instance search; units in the names."""
 
-    # Smallest relative rise of the aggregate that counts as "another instance paid off". SMT siblings on
-    # SIMD-bound SGEMM typically add 0-20%, real cores 80-100%; 10% keeps real cores and drops noise.
+    # Smallest rise of the aggregate that counts as "the added instances paid off", as a fraction of the
+    # rise in instances (doubling: +10%; 16 -> 17 instances: +0.6%). SMT siblings on SIMD-bound SGEMM
+    # typically add 0-20% per doubling, real cores 80-100%; 10% keeps real cores and drops noise.
     min_gain: float = 0.10
     # A rise between min_gain and this is ambiguous on a noisy machine (a disturbed previous step looks
     # like a gain): the previous count is measured once more and its better figure is compared. Doubling
@@ -112,6 +113,11 @@ def _best_per_count(curve: Sequence[tuple[int, float | None]]) -> list[tuple[int
     return list(best.items())
 
 
+def _rise(k0: int, r0: float, k1: int, r1: float) -> float:
+    """The aggregate's relative rise per relative rise in instances (1.0 = perfect scaling)."""
+    return (r1 / r0 - 1.0) / (k1 / k0 - 1.0) if r0 > 0 and k1 > k0 else 0.0
+
+
 def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
                    config: ScalingConfig = DEFAULT_SCALING) -> int | None:
     """The next instance count to try, or None when the search is over. curve: (instances, aggregate)
@@ -126,10 +132,10 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
         return None
     if len(steps) >= 2:
         k0, r0 = steps[-2]
-        if r0 is None or rate < r0 * (1.0 + config.min_gain):
+        if r0 is None or _rise(k0, r0, k, rate) < config.min_gain:
             return None
         measured_k0 = sum(1 for kk, _ in curve if kk == k0)
-        if rate < r0 * (1.0 + config.confirm_below) and measured_k0 == 1:
+        if _rise(k0, r0, k, rate) < config.confirm_below and measured_k0 == 1:
             return k0
     if k >= config.max_instances:
         return None
@@ -140,11 +146,11 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
 
 
 def chosen_instances(curve: Sequence[tuple[int, float | None]], config: ScalingConfig = DEFAULT_SCALING) -> int:
-    """The last count whose step raised the aggregate by more than min_gain (1 if none did)."""
+    """The last count whose step raised the aggregate enough (see ScalingConfig.min_gain; 1 if none did)."""
     steps = _best_per_count(curve)
     best = steps[0][0] if steps else 1
-    for (_, r0), (k, r1) in zip(steps, steps[1:], strict=False):
-        if r0 is None or r1 is None or r1 < r0 * (1.0 + config.min_gain):
+    for (k0, r0), (k, r1) in zip(steps, steps[1:], strict=False):
+        if r0 is None or r1 is None or _rise(k0, r0, k, r1) < config.min_gain:
             break
         best = k
     return best
