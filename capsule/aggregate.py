@@ -52,7 +52,11 @@ def _whole(reports: Sequence[Report], probe: str, key: str) -> tuple[float | Non
     failed = [i for i, v in enumerate(_medians(reports, probe, key)) if v is None]
     if failed:
         return None, None, f"{probe}.{key} missing or failed its check in instance(s) {failed}"
-    window = window_rate([work_spans(r, probe) for r in reports])
+    spans = [work_spans(r, probe) for r in reports]
+    if len(reports) == 1 and not spans[0]:  # one instance (a CE job): its own median is the whole figure
+        median = _medians(reports, probe, key)[0]
+        return median, None, ""
+    window = window_rate(spans)
     if window.rate is None:
         return None, window, f"{probe}: {window.reason}"
     return window.rate / 1e9, window, ""

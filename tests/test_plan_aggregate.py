@@ -78,3 +78,10 @@ def test_instances_that_never_overlapped_give_null() -> None:
     late = report(38.0, 8.0, None, anchor=2_000_000.0)
     f = aggregate([report(38.0, 8.0, None), late], report(40.0, 15.0, 200.0))
     assert f.gflops_fp32 is None and "never ran at the same time" in f.evidence["cpu"]["gflops_fp32"]["null_reason"]
+
+
+def test_one_instance_without_spans_reports_its_own_median() -> None:
+    """A CE job runs one instance with all four STREAM kernels (no triad-only spans): its median stands."""
+    single = report(38.0, 12.5, 150.0, spans=[])
+    f = aggregate([single], single)
+    assert (f.gflops_fp32, f.mem_bw_gbps) == (38.0, 12.5)
