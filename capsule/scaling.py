@@ -43,8 +43,6 @@ class ScalingConfig:
     confirm_below: float = 0.50
     # Upper bound on instances, whatever the platform says (browsers: memory per worker on phones).
     max_instances: int = 256
-    # A window shorter than this share of the run means the instances barely overlapped.
-    min_overlap_frac: float = 0.5
 
 
 DEFAULT_SCALING = ScalingConfig()

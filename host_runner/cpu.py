@@ -27,7 +27,6 @@ STEP_BUDGET_MS = 600
 @dataclass(frozen=True)
 class ConcurrentRun:
     reports: list[dict[str, Any]]
-    wall_overlap: float  # (earliest end - latest start) / (latest end - earliest start)
     wall_s: float
 
 
@@ -69,9 +68,8 @@ def run_concurrent(wasm: Path, args_for: Callable[[int], Sequence[str]], instanc
         if r is None:
             raise CapsuleError(f"capsule instance {i} returned nothing")
         reports.append(r.report())
-    start, end = max(s for s, _ in spans), min(e for _, e in spans)
-    total = max(e for _, e in spans) - min(s for s, _ in spans)
-    return ConcurrentRun(reports, max(0.0, end - start) / total if total > 0 else 0.0, total)
+    # how long the instances overlapped is judged from their work spans (capsule/scaling.py), not here
+    return ConcurrentRun(reports, max(e for _, e in spans) - min(s for s, _ in spans))
 
 
 def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +110,6 @@ def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported:
     run = runs[0]
     for extra in runs[1:]:
         run = ConcurrentRun([_merged(a, b) for a, b in zip(run.reports, extra.reports, strict=True)],
-                            min(run.wall_overlap, extra.wall_overlap), run.wall_s + extra.wall_s)
+                            run.wall_s + extra.wall_s)
     return WholeCpu(run, [{"instances": k, "gflops_fp32": None if r is None else round(r, 3)} for k, r in curve],
                     chosen)
