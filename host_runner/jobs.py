@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,18 +113,17 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
     plan = plan_from_beacon(beacon["value"], key.node_id, tuple(manifest.probes))
     limits = manifest.limits
     engine = limited_engine()
-    timer = threading.Timer(limits.wall_ms / 1000, engine.increment_epoch)
     started_at, t0 = int(time.time()), time.perf_counter()
+    deadline = time.monotonic() + limits.wall_ms / 1000
     error: str | None = None
     report: dict[str, Any] | None = None
-    timer.start()
     try:
         scratch = Path.cwd()
         result = run_command(capsule_path, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
                                             "--budget-ms", str(manifest.budget_ms), "--soft-budget"],
                              scratch=scratch if "disk" in manifest.probes else None, engine=engine,
                              limits=Limits(memory_bytes=limits.memory_mib << 20, fuel=limits.fuel,
-                                           epoch_deadline=True))
+                                           deadline=deadline))
         report = result.report()
     except wasmtime.Trap as trap:
         elapsed_ms = (time.perf_counter() - t0) * 1000
@@ -137,8 +135,6 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
             error = f"the capsule trapped: {trap.message.splitlines()[0]}"
     except CapsuleError as exc:
         error = f"{exc} (memory limit {limits.memory_mib} MiB)"
-    finally:
-        timer.cancel()
     wall_ms = (time.perf_counter() - t0) * 1000
     profile = None
     if report is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ class Limits:
 
     memory_bytes: int | None = None
     fuel: int | None = None
-    epoch_deadline: bool = False  # trap once the engine's epoch is incremented (a timer does it)
+    deadline: float | None = None  # time.monotonic() at which the run traps (epoch interruption)
 
 
 def limited_engine() -> wasmtime.Engine:
@@ -101,8 +102,28 @@ def run_command(
         if limits.memory_bytes is not None:
             store.set_limits(memory_size=limits.memory_bytes)
         store.set_fuel(limits.fuel if limits.fuel is not None else 2**63 - 1)
-        if limits.epoch_deadline:
-            store.set_epoch_deadline(1)
+    timer = _deadline_timer(engine, store, limits.deadline if limits else None)
+    try:
+        return _run_start(linker, store, module, args, scratch, scratch_writable)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _deadline_timer(engine: wasmtime.Engine, store: wasmtime.Store, deadline: float | None) -> threading.Timer | None:
+    """Arms the store's epoch deadline *before* the timer that bumps the epoch starts: a timer started earlier
+    could fire while the module compiles, and a deadline set after that bump would never be reached."""
+    if deadline is None:
+        return None
+    store.set_epoch_deadline(1)
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), engine.increment_epoch)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _run_start(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmtime.Module, args: Sequence[str],
+               scratch: Path | None, scratch_writable: bool) -> CommandResult:
     with tempfile.TemporaryDirectory(prefix="ce-capsule-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         wasi = wasmtime.WasiConfig()

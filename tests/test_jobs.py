@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import wasmtime
 
 from capsule.canonical import canonical_bytes
 from capsule.signing import verify_record
+from host_runner.wasm import Limits, limited_engine, run_command
 from tests.conftest import Artifacts
 from tests.test_server_cli import assert_user_error, ce_bench
 
@@ -98,3 +100,13 @@ def test_unreadable_manifest(tmp_path: Path) -> None:
     (tmp_path / "job.json").write_text("[1,")
     assert_user_error(ce_bench(tmp_path, "job", "run", str(tmp_path / "job.json")), "is not JSON")
     assert_user_error(ce_bench(tmp_path, "job", "run", str(tmp_path / "none.json")), "cannot read the manifest")
+
+
+def test_deadline_that_passes_while_the_module_compiles_still_stops_the_run(artifacts: Artifacts) -> None:
+    """Regression (CI, 2026-12-03): the timer used to start before compilation; when it fired first, the
+    deadline armed afterwards was never reached and a 150 ms job ran for 3 s. A deadline already in the past
+    must stop the run at its first check."""
+    with pytest.raises(wasmtime.Trap) as trap:
+        run_command(artifacts.capsule, ["--probes", "sgemm", "--budget-ms", "2000"], engine=limited_engine(),
+                    limits=Limits(deadline=time.monotonic() - 1))
+    assert trap.value.trap_code == wasmtime.TrapCode.INTERRUPT
