@@ -3,6 +3,9 @@
 import { b64url, unhex } from "./keys.js";
 
 const OUTBOX = "ce-bench-outbox";
+// A link's physical RTT bounds in ms: capsule/model.py LINK_RTT_MIN_MS / LINK_RTT_MAX_MS (a test holds them equal)
+export const LINK_RTT_MIN_MS = 0.002;
+export const LINK_RTT_MAX_MS = 60000;
 
 export async function getBeacon() {
   const resp = await fetch("/beacon", { cache: "no-store" });
@@ -67,7 +70,7 @@ export function liveSession(nodeId, key, py, onEvent) {
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
         const s = m.sample || {};
-        if (s.a === nodeId && typeof s.rtt_ms === "number" && s.rtt_ms >= 0 && s.rtt_ms <= 60000 &&
+        if (s.a === nodeId && typeof s.rtt_ms === "number" && s.rtt_ms >= LINK_RTT_MIN_MS && s.rtt_ms <= LINK_RTT_MAX_MS &&
             await relaySigned(s, py)) {
           const sigA = b64url(await key.sign(unhex(py.message("LinkSample", s))));
           ws.send(JSON.stringify({ type: "cosigned", sample: { ...s, sig_a: sigA } }));

@@ -30,6 +30,56 @@ class _NeedsSlowPath(Exception):
     pass
 
 
+class CanonicalError(ValueError):
+    """A value with no RFC 8785 / I-JSON form (NaN, infinity, an integer beyond 2**53 - 1, a lone UTF-16
+    surrogate, a non-JSON type); `path` is the JSON path of the first such value."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def _string_problem(text: str) -> str | None:
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        return "a lone UTF-16 surrogate has no canonical JSON form"
+    return None
+
+
+def find_domain_error(value: Any, path: str = "$") -> CanonicalError | None:
+    """The first value under `value` that RFC 8785 cannot represent, with its path; None if all can.
+    Only called once canonicalisation failed, so it may be slow."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        if abs(value) > _SAFE_INT:
+            return CanonicalError(path, f"the integer {value} is beyond I-JSON's exact range (|n| <= 2**53 - 1)")
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else CanonicalError(path, "NaN and infinity have no canonical JSON form")
+    if isinstance(value, str):
+        problem = _string_problem(value)
+        return CanonicalError(path, problem) if problem else None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return CanonicalError(path, f"object keys must be strings, got {type(k).__name__}")
+            problem = _string_problem(k)
+            if problem:
+                return CanonicalError(path, f"key {k!r}: {problem}")
+            found = find_domain_error(v, f"{path}.{k}")
+            if found:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            found = find_domain_error(v, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return CanonicalError(path, f"{type(value).__name__} is not a JSON value")
+
+
 def es6_number(value: float) -> str:
     """ECMAScript Number::toString of a finite float, as RFC 8785 requires. Python's repr gives the same
     shortest round-trip digits; only where the decimal point and exponent go differs."""
@@ -102,17 +152,22 @@ _PLACEHOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')
 def canonical_bytes(obj: Mapping[str, Any], without: Iterable[str] = ()) -> bytes:
     """RFC 8785 bytes of obj minus the `without` fields. The common case goes through the C json encoder
     (sorted keys, no whitespace: JCS's text once numbers are in ES6 form), several times faster than the
-    pure-Python rfc8785 package, which handles the rest. Tests check both agree on random documents."""
+    pure-Python rfc8785 package, which handles the rest. Tests check both agree on random documents.
+    Raises CanonicalError naming the first value that has no canonical form (data from peers reaches here)."""
     skip = set(without)
     body = {k: v for k, v in obj.items() if k not in skip}
+    try:
+        return _canonical(body)
+    except (ValueError, rfc8785.CanonicalizationError) as exc:  # UnicodeEncodeError is a ValueError too
+        raise find_domain_error(body) or CanonicalError("$", f"no canonical JSON form: {exc}") from None
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
     odd: list[str] = []
     try:
         normal = _normalise(body, "$", odd)
     except _NeedsSlowPath:
-        try:
-            return bytes(rfc8785.dumps(body))
-        except (rfc8785.IntegerDomainError, rfc8785.FloatDomainError) as exc:
-            raise ValueError(f"no canonical JSON form: {exc}") from None
+        return bytes(rfc8785.dumps(body))
     text = json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     if odd:
         text = _PLACEHOLDER.sub(lambda m: odd[int(m.group(1))], text)

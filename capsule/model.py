@@ -19,6 +19,17 @@ B64URL_SIG = "[A-Za-z0-9_-]{86}"  # 64 bytes, unpadded base64url
 MAX_U32 = 2**32 - 1
 MAX_TIME = 2**40  # unix seconds; far beyond any real date, rejects absurd values
 
+# Physical bounds of a measured link, used by the model, the relay, the node and the browser (one constant
+# each; browser_node/relay.js restates the RTT ceiling and a test holds it equal).
+# Floor: no network round trip between two hosts beats ~2 us (InfiniBand/RDMA ping-pong); a WebSocket or
+# HTTP round trip through two kernels takes tens of microseconds. A smaller figure is a timer artefact or a lie.
+LINK_RTT_MIN_MS = 0.002
+# Ceiling: one minute. TCP gives up on a connection well before (default SYN retries ~2 min, data much
+# earlier in practice); a scheduler has no use for a slower link. Also the jitter ceiling.
+LINK_RTT_MAX_MS = 60_000.0
+# Ceiling: 1.6 Tbit/s, the fastest Ethernet link standard (IEEE 802.3dj); loopback probes stay far below.
+LINK_BW_MAX_MBPS = 1_600_000.0
+
 
 def _peer_id(value: str) -> None:
     public_key_from_peer_id(value)  # raises PeerIdError (a ValueError) with the reason
@@ -113,10 +124,10 @@ class NodeProfile:
 class LinkSample:
     a: str = node_id_field("one endpoint")
     b: str = node_id_field("the other endpoint")
-    rtt_ms: float = spec(minimum=0, maximum=600_000, unit="ms")
-    jitter_ms: float = spec(minimum=0, maximum=600_000, unit="ms")
+    rtt_ms: float = spec(minimum=LINK_RTT_MIN_MS, maximum=LINK_RTT_MAX_MS, unit="ms")
+    jitter_ms: float = spec(minimum=0, maximum=LINK_RTT_MAX_MS, unit="ms")
     loss: float = spec(minimum=0, maximum=1, description="fraction of probes lost")
-    bw_mbps: float | None = spec(minimum=0, unit="Mbit/s")
+    bw_mbps: float | None = spec(minimum=0, maximum=LINK_BW_MAX_MBPS, unit="Mbit/s")
     measured_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
     sig_a: str = spec(pattern=B64URL_SIG)
     sig_b: str = spec(pattern=B64URL_SIG)

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from capsule.canonical import b64url, b64url_decode, signing_message
+from capsule.canonical import CanonicalError, b64url, b64url_decode, signing_message
 from capsule.model import RECORDS
 from capsule.peerid import peer_id_from_public_key, public_key_from_peer_id
 from capsule.typed import ValidationError, parse
@@ -73,7 +73,11 @@ def check_signature(kind: str, obj: Mapping[str, Any], field: str, signer_id: st
         raise SignatureError(field, "missing or not unpadded base64url") from None
     if len(signature) != 64:
         raise SignatureError(field, f"expected a 64-byte Ed25519 signature, got {len(signature)} bytes")
-    if not verify(public_key_from_peer_id(signer_id), signing_message(kind, obj), signature):
+    try:
+        message = signing_message(kind, obj)
+    except CanonicalError as exc:  # e.g. NaN or 2**53 inside evidence, which the schema leaves open
+        raise ValidationError(exc.path, exc.reason) from None
+    if not verify(public_key_from_peer_id(signer_id), message, signature):
         raise SignatureError(field, f"signature does not verify for {signer_id}")
 
 

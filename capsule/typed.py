@@ -66,6 +66,9 @@ def _bounds(lo: float | None, hi: float | None) -> str:
             else f" >= {_num(lo)}" if lo is not None else f" <= {_num(hi)}" if hi is not None else "")
 
 
+I_JSON_MAX_INT = 2**53 - 1  # RFC 7493: integers beyond this are not exact in every JSON reader (JavaScript)
+
+
 @functools.cache
 def _pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
@@ -81,6 +84,9 @@ def _check_scalar(tp: Any, value: Any, meta: Mapping[str, Any], path: str) -> No
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(path, f"expected an integer{_bounds(lo, hi)}, got {_type_name(value)} "
                                         f"{_describe(value)}")
+        if abs(value) > I_JSON_MAX_INT:
+            raise ValidationError(path, f"expected an integer within I-JSON's exact range (|n| <= 2**53 - 1), "
+                                        f"got {value}")
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValidationError(path, f"expected a number{_bounds(lo, hi)}, got {_type_name(value)} "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from capsule.model import LINK_RTT_MAX_MS
+
 
 @dataclass(frozen=True)
 class VivaldiConfig:
@@ -25,8 +27,9 @@ class VivaldiConfig:
     # Gravity towards the origin, so a whole cluster's coordinates do not drift: each update moves a
     # coordinate (d / rho)^2 seconds towards the origin, d its distance in seconds (Serf: rho = 150).
     gravity_rho_s: float = 150.0
-    # RTTs above this are refused as absurd, ms (one trip around the Earth's surface is ~130 ms at c).
-    rtt_max_ms: float = 60_000.0
+    # RTTs above this are refused as absurd, ms (capsule.model's link ceiling; the Earth's circumference
+    # is ~130 ms at c, so anything near it is a stalled path, not distance).
+    rtt_max_ms: float = LINK_RTT_MAX_MS
 
 
 DEFAULT = VivaldiConfig()

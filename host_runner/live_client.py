@@ -12,6 +12,7 @@ from typing import Any
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
+from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
 
 
@@ -46,7 +47,8 @@ class LiveSession:
         """Signs the relay's measurement of this node's link after checking it describes that link."""
         me = node_id(self.signer)
         if (not isinstance(sample, dict) or sample.get("a") != me or sample.get("b") != relay_id
-                or not isinstance(sample.get("rtt_ms"), int | float) or not 0 <= sample["rtt_ms"] <= 60_000):
+                or not isinstance(sample.get("rtt_ms"), int | float)
+                or not LINK_RTT_MIN_MS <= sample["rtt_ms"] <= LINK_RTT_MAX_MS):
             self.errors.append({"type": "error", "code": "refused_cosign", "detail": "not a sample of my link"})
             return
         try:  # the relay's half first: never co-sign what the relay did not sign

@@ -10,7 +10,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsule.canonical import canonical_bytes, es6_number
+from capsule.canonical import CanonicalError, canonical_bytes, es6_number
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 scalars = st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | finite | st.text(max_size=12)
@@ -42,5 +42,15 @@ def test_signature_fields_are_left_out() -> None:
 
 
 def test_integers_beyond_double_precision_are_refused() -> None:
-    with pytest.raises(ValueError, match="exceeds safe integer domain"):
-        canonical_bytes({"n": 2**53})
+    with pytest.raises(CanonicalError, match=r"beyond I-JSON's exact range") as refused:
+        canonical_bytes({"evidence": {"runs": [1, -(2**53)]}})
+    assert refused.value.path == "$.evidence.runs[1]"
+    assert canonical_bytes({"n": 2**53 - 1}) == b'{"n":9007199254740991}'
+
+
+def test_lone_surrogates_are_refused_with_their_path() -> None:
+    """json.loads accepts "\\ud800"; I-JSON does not, and encoding it used to escape as a bare ValueError."""
+    for doc, path in (({"a": ["ok", "\ud800"]}, "$.a[1]"), ({"\udc00": 1}, "$")):
+        with pytest.raises(CanonicalError, match="surrogate") as refused:
+            canonical_bytes(doc)
+        assert refused.value.path == path

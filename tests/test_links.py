@@ -3,6 +3,9 @@ relay, /netgraph, and the Fabric Map SDK answering the whole contract against a 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,9 @@ from host_runner.keys import NodeKey
 from host_runner.live_client import LiveSession
 from tests.relay_process import RelayProcess
 from tests.samples import sample_profile
+from web.config import RelayConfig
+from web.links import LinkBook
+from web.problems import Problem
 
 
 def register(relay: RelayProcess) -> NodeKey:
@@ -75,7 +81,10 @@ def test_post_links_and_refusals(tmp_path: Path) -> None:
             (link(a, b, signer_b=NodeKey.generate()), "bad_signature", "$.sig_b"),  # forged
             (link(a, a), "invalid_field", "$.b"),                             # self-link
             (link(a, b, rtt_ms=-1.0), "invalid_field", "$.rtt_ms"),
-            (link(a, b, rtt_ms=100_000.0), "absurd_rtt", "$.rtt_ms"),
+            (link(a, b, rtt_ms=100_000.0), "invalid_field", "$.rtt_ms"),  # beyond LINK_RTT_MAX_MS
+            (link(a, b, rtt_ms=0.0001), "invalid_field", "$.rtt_ms"),      # faster than any network (issue 11)
+            (link(a, b, rtt_ms=59_000.0, jitter_ms=61_000.0), "invalid_field", "$.jitter_ms"),
+            (link(a, b, bw_mbps=1e308), "invalid_field", "$.bw_mbps"),     # beyond LINK_BW_MAX_MBPS
             (link(a, NodeKey.generate()), "unknown_node", "$.b"),
             (link(a, b, measured_at=int(time.time()) + 3600), "measured_in_future", "$.measured_at"),
         ]
@@ -85,6 +94,50 @@ def test_post_links_and_refusals(tmp_path: Path) -> None:
         assert relay.post("/v1/links", b"[1,2")[1]["code"] == "invalid_json"
         assert relay.get("/netgraph/rtt?to=nope")[1]["code"] == "invalid_node_id"
         assert relay.get(f"/netgraph/rtt?to={NodeKey.generate().node_id}")[0] == 404
+
+
+def relay_edges(relay: RelayProcess) -> dict[str, float]:
+    _, graph, _ = relay.get("/netgraph")
+    return {e["a"]: e["rtt_ms"] for e in graph["edges"] if e["b"] == graph["relay"]}
+
+
+def test_links_are_judged_against_the_relays_own_measurements(tmp_path: Path) -> None:
+    """Two live nodes: the relay measured both, so a link between them must fit the triangle through the
+    relay (RelayConfig.link_tiv_factor/slack_ms); a node without a session gives an unconfirmed edge."""
+    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.2") as relay:
+        a, b, c = register(relay), register(relay), register(relay)
+        sessions = [LiveSession(relay.url, k).start() for k in (a, b)]
+        try:
+            deadline = time.monotonic() + 30
+            while not {a.node_id, b.node_id} <= relay_edges(relay).keys():
+                assert time.monotonic() < deadline, "the relay measured no edge to the live nodes"
+                time.sleep(0.2)
+        finally:
+            for session in sessions:
+                session.stop()
+        time.sleep(1.0)  # a co-signed sample in flight when the sessions closed lands before the reads below
+        measured = relay_edges(relay)
+        high = 2.0 * (measured[a.node_id] + measured[b.node_id]) + 5.0
+        status, body = relay.post("/v1/links", link(a, b, rtt_ms=round(high + 50, 3)))
+        assert (status, body["code"], body["field"]) == (422, "inconsistent_rtt", "$.rtt_ms"), body
+        status, body = relay.post("/v1/links", link(a, b, rtt_ms=round(high - 1, 3)))
+        assert status == 201, (body, measured)
+        assert relay.post("/v1/links", link(a, c, rtt_ms=40.0))[0] == 201  # c has no session: unconfirmed
+        _, graph, _ = relay.get("/netgraph")
+        assert sorted(map(tuple, graph["unconfirmed_edges"])) == [tuple(sorted((a.node_id, c.node_id)))]
+    with RelayProcess(tmp_path / "data") as relay:  # judged the same way after a restart
+        _, graph, _ = relay.get("/netgraph")
+        assert sorted(map(tuple, graph["unconfirmed_edges"])) == [tuple(sorted((a.node_id, c.node_id)))]
+
+
+def test_link_bounds_are_one_constant_in_python_and_javascript() -> None:
+    from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
+    from fabric.config import DEFAULT
+
+    js = (Path(__file__).parent.parent / "browser_node" / "relay.js").read_text()
+    assert f"export const LINK_RTT_MIN_MS = {LINK_RTT_MIN_MS:g};" in js
+    assert f"export const LINK_RTT_MAX_MS = {LINK_RTT_MAX_MS:g};" in js
+    assert DEFAULT.rtt_max_ms == LINK_RTT_MAX_MS
 
 
 def test_sdk_answers_the_contract_against_a_live_relay(tmp_path: Path) -> None:
@@ -107,3 +160,42 @@ def test_sdk_answers_the_contract_against_a_live_relay(tmp_path: Path) -> None:
         assert stats["mesh"]["reachable_frac"] == 1.0
         with pytest.raises(UnknownNode):
             fmap.predicted_rtt(a.node_id, NodeKey.generate().node_id)
+
+
+def relay_sample(node: NodeKey, relay: NodeKey, rtt_ms: float) -> dict[str, Any]:
+    return link(node, relay, rtt_ms=rtt_ms)
+
+
+def test_link_book_confirms_only_what_the_relay_measured() -> None:
+    """The pure core: the relay's own edges are confirmed; a node-node edge is confirmed only between measured
+    endpoints and within the triangle; an unconfirmed edge moves no coordinate; too slow is refused."""
+    relay, a, b, c = (NodeKey.generate() for _ in range(4))
+    book = LinkBook(relay.node_id, RelayConfig())
+    for node, rtt in ((a, 10.0), (b, 30.0)):
+        sample = relay_sample(node, relay, rtt)
+        book.add(sample, book.judge(sample))
+    before = {n: list(book.coordinate(n.node_id).vec) for n in (a, b)}  # type: ignore[union-attr]
+    near = link(a, b, rtt_ms=1.0)  # below (|10 - 30| - 5) / 2 = 7.5 ms: the relay's figures may overstate
+    assert book.judge(near) is False
+    book.add(near, False)
+    assert {n: list(book.coordinate(n.node_id).vec) for n in (a, b)} == before  # type: ignore[union-attr]
+    assert book.unconfirmed == {tuple(sorted((a.node_id, b.node_id)))}
+    fitting = link(a, b, rtt_ms=35.0)
+    assert book.judge(fitting) is True
+    book.add(fitting, True)
+    assert not book.unconfirmed and list(book.coordinate(a.node_id).vec) != before[a]  # type: ignore[union-attr]
+    with pytest.raises(Problem) as refused:
+        book.judge(link(a, b, rtt_ms=86.0))  # > 2 * (10 + 30) + 5
+    assert refused.value.code == "inconsistent_rtt" and refused.value.field == "$.rtt_ms"
+    assert book.judge(link(a, c, rtt_ms=86.0)) is False  # c never measured by the relay
+
+
+def test_coordinates_do_not_depend_on_the_process() -> None:
+    """Vivaldi seeds come from the NodeId, not Python's per-process salted hash()."""
+    code = ("from web.links import LinkBook; from tests.test_links import link; from host_runner.keys import NodeKey;"
+            "from nacl.signing import SigningKey as K; r, a = NodeKey(K(b'r' * 32)), NodeKey(K(b'a' * 32));"
+            "b = LinkBook(r.node_id);"
+            "s = link(a, r, rtt_ms=12.0, measured_at=1); b.add(s, True); print(b.coordinate(a.node_id).vec)")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outputs) == 1, outputs

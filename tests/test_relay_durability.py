@@ -1,5 +1,5 @@
-"""Durability and robustness of the relay process: kill -9 under load loses nothing acknowledged, and no
-client input produces a 5xx (hypothesis against the live server)."""
+"""Durability of the relay process: kill -9 under load loses nothing acknowledged (no client input producing
+a 5xx is tests/test_no_5xx.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
-
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from tests.relay_process import RelayProcess
-from tests.samples import mutated, sample_profile
+from tests.samples import sample_profile
 
 
 def post(url: str, body: bytes) -> int:
@@ -58,6 +54,10 @@ def test_kill9_mid_ingest_loses_no_acknowledged_profile(tmp_path: Path) -> None:
     while len(acknowledged) < 300 and time.monotonic() < deadline:
         time.sleep(0.01)
     relay.kill9()  # mid-ingest: the workers still have profiles in flight
+    # surviving kill -9 alone would also pass with synchronous=OFF (the page cache outlives the process):
+    # the relay must say it runs with the settings that make an acknowledgement durable on power loss too
+    started = next(json.loads(line) for line in relay.log.read_text().splitlines() if '"relay started"' in line)
+    assert started["store"] == {"journal_mode": "wal", "synchronous": "FULL"}, started
     for t in threads:
         t.join(timeout=30)
     assert 300 <= len(acknowledged) < len(bodies), "the kill did not land mid-ingest"
@@ -67,35 +67,3 @@ def test_kill9_mid_ingest_loses_no_acknowledged_profile(tmp_path: Path) -> None:
         assert not missing, f"{len(missing)} acknowledged profiles lost, e.g. {missing[:3]}"
     finally:
         restarted.stop()
-
-
-def json_values() -> st.SearchStrategy[Any]:
-    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.text(max_size=10), inner, max_size=3), max_leaves=10)
-
-
-FIELDS = ["v", "node_id", "measured_at", "beacon.round", "beacon.value", "cpu.cores", "cpu.gflops_fp32", "gpus",
-          "memory.total_mb", "storage.free_gb", "llm.tokens_per_sec", "runtime.kind", "evidence", "sig", "capsule"]
-
-
-def test_no_client_input_produces_a_5xx(tmp_path: Path) -> None:
-    with RelayProcess(tmp_path / "data", "--ip-rate", "100000", "--node-rate", "100000") as relay:
-        _, beacon, _ = relay.get("/beacon")
-        _, base = sample_profile(beacon=beacon)
-
-        @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
-        @given(field=st.sampled_from(FIELDS), value=json_values(), raw=st.binary(max_size=300),
-               path=st.text(max_size=60), use_raw=st.booleans())
-        def check(field: str, value: Any, raw: bytes, path: str, use_raw: bool) -> None:
-            body = raw if use_raw else json.dumps(mutated(base, field, value)).encode()
-            assert post(relay.url, body) < 500
-            quoted = urllib.parse.quote(path, safe="")
-            for target in (f"/v1/nodes/{quoted}", f"/atlas?limit={quoted}", f"/atlas?cursor={quoted}"):
-                try:
-                    urllib.request.urlopen(relay.url + target, timeout=10).read()
-                except urllib.error.HTTPError as exc:
-                    assert exc.code < 500, (target, exc.code)
-
-        check()
-    assert "unhandled error" not in relay.log.read_text()

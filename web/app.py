@@ -120,7 +120,8 @@ def create_app(config: RelayConfig) -> Starlette:
             nodes.append({"node_id": node_id, "online": node_id in relay.atlas.live or node_id == relay.relay_id,
                           "relay": node_id == relay.relay_id, "coordinate": coord.to_json() if coord else None,
                           "region": relay.links.region_of.get(node_id)})
-        return JSONResponse({"relay": relay.relay_id, "nodes": nodes, "edges": list(relay.links.links.values())})
+        return JSONResponse({"relay": relay.relay_id, "nodes": nodes, "edges": list(relay.links.links.values()),
+                             "unconfirmed_edges": sorted([a, b] for a, b in relay.links.unconfirmed)})
 
     async def netgraph_rtt(request: Request) -> Response:
         target = node_id_param(request.query_params.get("to", ""))
@@ -180,9 +181,11 @@ def create_app(config: RelayConfig) -> Starlette:
         ping_task = asyncio.create_task(pinger())
         try:
             while True:
-                text = await ws.receive_text()
-                try:
-                    message = parse_message(text)
+                frame = await ws.receive()
+                if frame["type"] == "websocket.disconnect":
+                    raise WebSocketDisconnect(frame.get("code", 1000))
+                try:  # a binary frame is parsed like text: JSON or an error frame, never a dead session
+                    message = parse_message(frame.get("text") or frame.get("bytes") or b"")
                     if message["type"] == "heartbeat":
                         node_id = session.heartbeat(message.get("heartbeat"))
                         if not relay.atlas.heartbeat(node_id, time.time(), session.rtt_ms):

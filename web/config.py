@@ -40,6 +40,13 @@ class RelayConfig:
     node_rate_per_min: float = 6.0
     node_burst: int = 3
 
+    # Links between two nodes are checked against the relay's own RTT to each (the triangle inequality):
+    # refused above factor * (rtt_a + rtt_b) + slack; unconfirmed below (|rtt_a - rtt_b| - slack) / factor
+    # (web/links.py says why the sides differ). Internet paths do violate the inequality (a detour can beat
+    # a congested direct route), rarely by more than 2x; the slack covers timer and event-loop noise (ms).
+    link_tiv_factor: float = 2.0
+    link_slack_ms: float = 5.0
+
     # /atlas paging, in nodes per page.
     atlas_page_default: int = 100
     atlas_page_max: int = 1000

@@ -55,6 +55,14 @@ class Store:
         self._thread = threading.Thread(target=self._write_loop, name="sqlite-writer", daemon=True)
         self._thread.start()
 
+    def durability(self) -> dict[str, str]:
+        """The settings an acknowledged write depends on, as the writer connection reports them: WAL with
+        synchronous=FULL fsyncs the log before a commit returns (NORMAL or OFF would survive kill -9 through
+        the page cache but lose acknowledged profiles on power loss)."""
+        mode = self._writer.execute("PRAGMA journal_mode").fetchone()[0]
+        sync = self._writer.execute("PRAGMA synchronous").fetchone()[0]
+        return {"journal_mode": str(mode), "synchronous": {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[sync]}
+
     def _write_loop(self) -> None:
         while True:
             item = self._queue.get()
