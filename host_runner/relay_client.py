@@ -31,9 +31,15 @@ def trust_certificate(cafile: Path) -> ssl.SSLContext:
 class RelayError(Exception):
     """The relay could not be reached or refused; the message is for the user."""
 
-    def __init__(self, message: str, retryable: bool) -> None:
+    def __init__(self, message: str, retryable: bool, code: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.code = code  # the relay's problem code, when it answered with one
+
+
+# Refusals that say the profile's beacon is not (or no longer) this relay's: the figures may be fine, but only
+# a measurement against the relay's current beacon can be accepted (web/ingest.py, the beacon checks).
+BEACON_REFUSALS = frozenset({"unknown_beacon", "stale_beacon", "beacon_mismatch", "measured_before_beacon"})
 
 
 def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
@@ -47,6 +53,15 @@ def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise RelayError(f"relay {url} unreachable: {reason}", retryable=True) from None
+
+
+def _problem_code(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    code = data.get("code") if isinstance(data, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _problem(body: bytes) -> str:
@@ -85,7 +100,8 @@ def post_profile(relay: str, profile: dict[str, Any]) -> int:
     status, body = _request(relay.rstrip("/") + "/v1/profiles", json.dumps(profile).encode())
     if 200 <= status < 300:
         return status
-    raise RelayError(f"relay {relay} refused the profile ({status}): {_problem(body)}", retryable=status >= 500)
+    raise RelayError(f"relay {relay} refused the profile ({status}): {_problem(body)}",
+                     retryable=status >= 500 or status == 429, code=_problem_code(body))
 
 
 def outbox_dir() -> Path:
@@ -99,7 +115,10 @@ def save_to_outbox(profile: dict[str, Any]) -> Path:
 
 
 def resend_outbox(relay: str) -> tuple[int, list[str]]:
-    """Resends every waiting profile; delivered (or permanently refused) ones leave the outbox."""
+    """Resends every waiting profile; delivered ones leave the outbox. Nothing is deleted unsent: a profile
+    the relay refuses for its beacon (measured with a local beacon while the relay was unreachable, or too
+    long ago) is kept as NAME.superseded, and the run that called this measures again against the relay's
+    current beacon; any other permanent refusal is kept as NAME.refused. Each case is reported."""
     sent, problems = 0, []
     for path in sorted(outbox_dir().glob("*.json")) if outbox_dir().exists() else []:
         try:
@@ -108,10 +127,18 @@ def resend_outbox(relay: str) -> tuple[int, list[str]]:
             path.unlink()
             sent += 1
         except RelayError as exc:
-            problems.append(f"{path.name}: {exc}")
             if exc.retryable:
+                problems.append(f"{path.name}: {exc}")
                 break  # the relay is down: keep the rest for later
-            path.rename(path.with_suffix(".refused"))
+            if exc.code in BEACON_REFUSALS:
+                kept = path.with_suffix(".superseded")
+                path.rename(kept)
+                problems.append(f"{path.name}: the relay cannot accept its beacon ({exc.code}); kept as {kept.name}, "
+                                "and this run measures again against the relay's current beacon")
+            else:
+                kept = path.with_suffix(".refused")
+                path.rename(kept)
+                problems.append(f"{path.name}: {exc}; kept as {kept.name}")
         except (OSError, json.JSONDecodeError) as exc:
             problems.append(f"{path.name}: unreadable ({exc}); left in place")
     return sent, problems

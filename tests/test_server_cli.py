@@ -95,22 +95,49 @@ def test_relay_beacon_and_report(tmp_path: Path) -> None:
         assert profile["gpus"] == [] and "disabled" in profile["evidence"]["gpu_notes"][0]
 
 
-def test_unreachable_relay_keeps_the_profile_and_resends(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", dead, *FAST, cwd=tmp_path)
+def test_unreachable_relay_keeps_the_profile_and_the_next_run_is_accepted(tmp_path: Path) -> None:
+    """Against the real relay (issue 11): down -> run (local beacon, profile kept) -> up -> next run. The kept
+    profile cannot be accepted (its beacon is not the relay's): it is kept as .superseded and said so, and
+    the next run's profile, measured against the relay's beacon, is accepted."""
+    port = free_port()
+    result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", f"http://127.0.0.1:{port}",
+                      *FAST, cwd=tmp_path)
     assert_user_error(result, "unreachable", "the profile is kept in", "resends it")
     waiting = list((tmp_path / "outbox").glob("*.json"))
     assert len(waiting) == 1
     kept = json.loads(waiting[0].read_text())
     assert kept == json.loads((tmp_path / "p.json").read_text())
+    with RelayProcess(tmp_path / "relay-data", port=port) as relay:
+        again = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p2.json"), "--relay", relay.url, *FAST,
+                         cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        said = " ".join(again.stderr.split())  # the console wraps long lines
+        assert f"{waiting[0].name}: the relay cannot accept its beacon (unknown_beacon)" in said
+        assert "this run measures again against the relay's current beacon" in said
+        fresh = json.loads((tmp_path / "p2.json").read_text())
+        status, node, _ = relay.get(f"/v1/nodes/{fresh['node_id']}")
+        assert status == 200 and node["profile"] == fresh
+        assert fresh["beacon"]["relay"] == relay.get("/beacon")[1]["relay"]
+    assert not list((tmp_path / "outbox").glob("*.json"))
+    assert json.loads(waiting[0].with_suffix(".superseded").read_text()) == kept  # nothing deleted
+
+
+def test_profile_kept_after_a_relay_failure_is_resent(tmp_path: Path) -> None:
+    """Failure injection the real relay cannot do on demand (a 503 after serving the beacon): the stand-in.
+    The kept profile cites a beacon the relay still honours, so the next run resends it as it is."""
     with StandinRelay() as relay:
+        relay.mode = "down"
+        failed = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", relay.url, *FAST,
+                          cwd=tmp_path)
+        assert_user_error(failed, "refused the profile (503)")
+        kept = json.loads(next((tmp_path / "outbox").glob("*.json")).read_text())
+        relay.mode = "ok"
         again = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p2.json"), "--relay", relay.url, *FAST,
                          cwd=tmp_path)
         assert again.returncode == 0, again.stderr
         assert "resent 1 waiting profile" in again.stderr
-        assert [p["measured_at"] for p in relay.received][0] == kept["measured_at"]
-        assert len(relay.received) == 2
-    assert not list((tmp_path / "outbox").glob("*.json"))
+        assert relay.received[-2]["measured_at"] == kept["measured_at"]
+    assert not list((tmp_path / "outbox").glob("*"))
 
 
 @pytest.mark.parametrize(("mode", "message"), [
