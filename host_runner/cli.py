@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,21 +13,15 @@ import click
 
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
-from host_runner import keys as keys_mod
-from host_runner.files import write_atomic
+from common import keys as keys_mod
+from common.errors import UserError
+from common.files import write_atomic
 from host_runner.relay_client import RelayError, fetch_beacon, local_beacon, post_profile, resend_outbox, save_to_outbox
 from host_runner.ui import PhaseProgress, console, results_table
 from host_runner.wasm import CapsuleError
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CAPSULE = REPO / "build" / "capsule.wasm"
-
-
-class UserError(click.ClickException):
-    """A problem the user can fix; printed as `ce-bench: error: ...`, exit status 1."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"ce-bench: error: {self.message}", err=True)
 
 
 def checked_capsule(path: Path) -> Path:
@@ -214,145 +207,6 @@ def job_run(manifest: Path, out: Path, capsule_path: Path) -> None:
     click.echo(f"job {result.receipt['job_id'][:16]}... {result.receipt['status']}; receipt in {out / 'receipt.json'}")
     if result.receipt["status"] != "ok":
         raise UserError(f"job failed: {result.receipt['error']}")
-
-
-def relay_config(host: str, port: int, data_dir: Path, nats: str | None, **overrides: Any) -> Any:
-    from web.config import RelayConfig
-
-    return RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats,
-                       **{k: v for k, v in overrides.items() if v is not None})
-
-
-def relay_options(fn: Any) -> Any:
-    for option in reversed([
-        click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on"),
-        click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True),
-        click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("ce-relay-data"),
-                     show_default=True, help="SQLite store and the relay key"),
-        click.option("--nats", metavar="URL", help="NATS JetStream server shared by a relay cluster"),
-        click.option("--ip-rate", type=click.FloatRange(0.1), help="requests per second per client IP [50]"),
-        click.option("--node-rate", type=click.FloatRange(0.1), help="profiles per minute per node [6]"),
-        click.option("--heartbeat-interval", type=click.FloatRange(0.1), help="seconds between heartbeats [10]"),
-        click.option("--beacon-interval", type=click.FloatRange(0.1), help="seconds between beacon rounds [10]"),
-        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-                     show_default=True),
-        click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
-                     "(browsers on other devices need https for WebCrypto and WebGPU)"),
-    ]):
-        fn = option(fn)
-    return fn
-
-
-def _config_from(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None,
-                 node_rate: float | None, heartbeat_interval: float | None, beacon_interval: float | None) -> Any:
-    return relay_config(host, port, data_dir, nats, ip_rate_per_s=ip_rate, node_rate_per_min=node_rate,
-                        heartbeat_interval_s=heartbeat_interval, beacon_interval_s=beacon_interval)
-
-
-def tls_files(config: Any, tls: bool) -> tuple[Path, Path] | None:
-    if not tls:
-        return None
-    from host_runner.tls import TlsError, self_signed
-
-    try:
-        return self_signed(config.data_dir, config.host)
-    except TlsError as exc:
-        raise UserError(str(exc)) from None
-
-
-def serve(config: Any, log_level: str, tls: tuple[Path, Path] | None = None) -> None:
-    import uvicorn
-
-    from web import logs
-    from web.app import create_app
-
-    logs.configure(log_level)
-    try:
-        app = create_app(config)
-    except keys_mod.KeyFileError as exc:
-        hint = "" if "chmod" in str(exc) else "; move it away and restart to make a new one (a new relay id)"
-        raise UserError(f"relay key: {exc}{hint}") from None
-    except (OSError, sqlite3.Error) as exc:
-        raise UserError(f"cannot open the relay's data directory {config.data_dir}: {exc}") from None
-    try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
-                    access_log=False, ssl_certfile=str(tls[0]) if tls else None,
-                    ssl_keyfile=str(tls[1]) if tls else None)
-    except OSError as exc:
-        raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None
-
-
-@main.command("relay")
-@relay_options
-def relay_cmd(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None, node_rate: float | None,
-              heartbeat_interval: float | None, beacon_interval: float | None, log_level: str, tls: bool) -> None:
-    """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
-    config = _config_from(host, port, data_dir, nats, ip_rate, node_rate, heartbeat_interval, beacon_interval)
-    files = tls_files(config, tls)
-    click.echo(f"ce-bench relay on {'https' if files else 'http'}://{host}:{port} (data in {data_dir})", err=True)
-    serve(config, log_level, files)
-
-
-@main.command("up")
-@relay_options
-@click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True)
-@click.option("--no-gpu", is_flag=True)
-def up(host: str, port: int, data_dir: Path, nats: str | None, ip_rate: float | None, node_rate: float | None,
-       heartbeat_interval: float | None, beacon_interval: float | None, log_level: str, tls: bool, budget_ms: int,
-       no_gpu: bool) -> None:
-    """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
-    import threading
-    import time
-    import urllib.request
-
-    from host_runner.live_client import LiveSession
-    from host_runner.node import RunOptions, measure
-    from host_runner.relay_client import trust_certificate
-    from host_runner.tls import lan_address
-
-    config = _config_from(host, port, data_dir, nats, ip_rate, node_rate, heartbeat_interval, beacon_interval)
-    capsule = checked_capsule(DEFAULT_CAPSULE)
-    key = load_key()
-    files = tls_files(config, tls)
-    context = trust_certificate(files[0]) if files else None
-    server = threading.Thread(target=serve, args=(config, log_level, files), daemon=True)
-    server.start()
-    scheme = "https" if files else "http"
-    local = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(local + "/beacon", timeout=2, context=context).read()
-            break
-        except OSError:
-            if not server.is_alive() or time.monotonic() > deadline:
-                raise UserError(f"the relay did not start on {host}:{port}") from None
-            time.sleep(0.2)
-    beacon = fetch_beacon(local)
-    with PhaseProgress() as progress:
-        result = measure(key, beacon, RunOptions(capsule=capsule, phase_budget_ms=budget_ms, gpu=not no_gpu,
-                                                 beacon_source=f"relay {local}"), progress.phase)
-    console.print(results_table(result.profile))
-    try:
-        post_profile(local, result.profile)
-    except RelayError as exc:
-        raise UserError(str(exc)) from None
-    session = LiveSession(local, key, context).start()
-    click.echo(f"this machine is node {key.node_id}")
-    click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
-    lan = lan_address()
-    if host in ("0.0.0.0", "::") and lan:
-        click.echo(f"other devices: {scheme}://{lan}:{port}/" + (
-            "  (self-signed certificate: accept it once)" if files else
-            "  (plain http: browsers there refuse WebCrypto/WebGPU; add --tls)"))
-    sys.stdout.flush()
-    try:
-        while server.is_alive():
-            server.join(timeout=1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        session.stop()
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ from capsule.plan import ALL_PROBES, plan_from_beacon
 from capsule.profile import build_profile
 from capsule.signing import sign
 from capsule.typed import ValidationError, parse, spec
+from common.keys import NodeKey
 from host_runner import facts as facts_mod
-from host_runner.keys import NodeKey
 from host_runner.node import REF_MODEL, capsule_ref
 from host_runner.relay_client import local_beacon
 from host_runner.wasm import CapsuleError, Limits, limited_engine, run_command

@@ -17,10 +17,10 @@ from capsule.aggregate import aggregate
 from capsule.plan import CPU_PROBES, plan_from_beacon
 from capsule.profile import build_profile
 from capsule.signing import sign
+from common.keys import NodeKey
 from host_runner import facts as facts_mod
 from host_runner.cpu import measure_whole_cpu
 from host_runner.gpu import probe_all
-from host_runner.keys import NodeKey
 from host_runner.wasm import run_command
 
 REF_MODEL = "ce-ref-15m-f32"

@@ -14,8 +14,8 @@ from typing import Any
 
 from capsule.signing import sign, verify_record
 from capsule.typed import ValidationError
-from host_runner.files import write_atomic
-from host_runner.keys import NodeKey, config_dir
+from common.files import write_atomic
+from common.keys import NodeKey, config_dir
 
 TIMEOUT_S = 10.0
 _ssl_context: ssl.SSLContext | None = None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from host_runner.keys import load_or_create  # noqa: E402
+from common.keys import load_or_create  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
 

@@ -10,7 +10,7 @@ from typing import Any
 from capsule.aggregate import Figures
 from capsule.profile import build_profile
 from capsule.signing import sign
-from host_runner.keys import NodeKey
+from common.keys import NodeKey
 
 
 def sample_profile(key: NodeKey | None = None, beacon: dict[str, Any] | None = None, measured_at: int | None = None,

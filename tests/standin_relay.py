@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from capsule.signing import sign, verify_record
-from host_runner.keys import NodeKey
+from common.keys import NodeKey
 
 
 class StandinRelay:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from capsule.signing import sign, verify_record
+from common.keys import NodeKey
 from fabric import FabricMap, UnknownNode
-from host_runner.keys import NodeKey
 from host_runner.live_client import LiveSession
 from tests.relay_process import RelayProcess
 from tests.samples import sample_profile
@@ -192,7 +192,7 @@ def test_link_book_confirms_only_what_the_relay_measured() -> None:
 
 def test_coordinates_do_not_depend_on_the_process() -> None:
     """Vivaldi seeds come from the NodeId, not Python's per-process salted hash()."""
-    code = ("from web.links import LinkBook; from tests.test_links import link; from host_runner.keys import NodeKey;"
+    code = ("from web.links import LinkBook; from tests.test_links import link; from common.keys import NodeKey;"
             "from nacl.signing import SigningKey as K; r, a = NodeKey(K(b'r' * 32)), NodeKey(K(b'a' * 32));"
             "b = LinkBook(r.node_id);"
             "s = link(a, r, rtt_ms=12.0, measured_at=1); b.add(s, True); print(b.coordinate(a.node_id).vec)")

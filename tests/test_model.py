@@ -15,7 +15,7 @@ from capsule.peerid import PeerIdError
 from capsule.schemas import SCHEMA_DIR, rendered
 from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError, parse, to_json
-from host_runner.keys import NodeKey
+from common.keys import NodeKey
 from tests.samples import mutated, sample_profile
 
 

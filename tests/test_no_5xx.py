@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from capsule.signing import sign
-from host_runner.keys import NodeKey
+from common.keys import NodeKey
 from host_runner.live_client import LiveSession
 from tests.relay_process import RelayProcess
 from tests.samples import mutated, sample_profile

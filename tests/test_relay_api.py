@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from capsule.signing import sign
-from host_runner.keys import NodeKey
+from common.keys import NodeKey
 from tests.relay_process import RelayProcess
 from tests.samples import mutated, sample_profile
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from host_runner.keys import NodeKey
+from common.keys import NodeKey
 from tests.samples import sample_profile
 from web.atlas import Atlas
 from web.beacon import next_round

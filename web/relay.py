@@ -13,7 +13,7 @@ from typing import Any
 from capsule.peerid import PeerIdError
 from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
-from host_runner.keys import load_or_create
+from common.keys import load_or_create
 from web.atlas import Atlas
 from web.beacon import next_round
 from web.config import RelayConfig

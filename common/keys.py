@@ -12,7 +12,7 @@ from nacl.signing import SigningKey
 
 from capsule.canonical import b64url, b64url_decode
 from capsule.peerid import peer_id_from_public_key
-from host_runner.files import write_atomic
+from common.files import write_atomic
 
 
 class KeyFileError(Exception):

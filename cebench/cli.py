@@ -1,0 +1,80 @@
+"""The `ce-bench` command, assembled: the node's commands (host_runner.cli), the relay's (web.cli), and
+`up`, which needs both. The only module that imports both sides; tests/test_static_checks.py holds the
+import directions (capsule imports nothing of ours, fabric only capsule, web and host_runner never each
+other)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import urllib.request
+
+import click
+
+from common.errors import UserError
+from host_runner.cli import DEFAULT_CAPSULE, checked_capsule, load_key, main
+from host_runner.live_client import LiveSession
+from host_runner.node import RunOptions, measure
+from host_runner.relay_client import RelayError, fetch_beacon, post_profile, trust_certificate
+from host_runner.ui import PhaseProgress, console, results_table
+from web.cli import relay_cmd, relay_options, serve, tls_files
+from web.config import RelayConfig
+from web.tls import lan_address
+
+main.add_command(relay_cmd)
+
+
+@main.command("up")
+@relay_options
+@click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True)
+@click.option("--no-gpu", is_flag=True)
+def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: bool) -> None:
+    """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
+    capsule = checked_capsule(DEFAULT_CAPSULE)
+    key = load_key()
+    files = tls_files(config, tls)
+    context = trust_certificate(files[0]) if files else None
+    server = threading.Thread(target=serve, args=(config, log_level, files), daemon=True)
+    server.start()
+    scheme = "https" if files else "http"
+    host, port = config.host, config.port
+    local = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(local + "/beacon", timeout=2, context=context).read()
+            break
+        except OSError:
+            if not server.is_alive() or time.monotonic() > deadline:
+                raise UserError(f"the relay did not start on {host}:{port}") from None
+            time.sleep(0.2)
+    beacon = fetch_beacon(local)
+    with PhaseProgress() as progress:
+        result = measure(key, beacon, RunOptions(capsule=capsule, phase_budget_ms=budget_ms, gpu=not no_gpu,
+                                                 beacon_source=f"relay {local}"), progress.phase)
+    console.print(results_table(result.profile))
+    try:
+        post_profile(local, result.profile)
+    except RelayError as exc:
+        raise UserError(str(exc)) from None
+    session = LiveSession(local, key, context).start()
+    click.echo(f"this machine is node {key.node_id}")
+    click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
+    lan = lan_address()
+    if host in ("0.0.0.0", "::") and lan:
+        click.echo(f"other devices: {scheme}://{lan}:{port}/" + (
+            "  (self-signed certificate: accept it once)" if files else
+            "  (plain http: browsers there refuse WebCrypto/WebGPU; add --tls)"))
+    sys.stdout.flush()
+    try:
+        while server.is_alive():
+            server.join(timeout=1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        session.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The `ce-bench relay` command, beside the relay it runs. Every option's default is RelayConfig's (the one
+place that documents each default with its unit), so help texts cannot drift from what the relay does."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from common.errors import UserError
+from common.keys import KeyFileError
+from web.config import RelayConfig
+
+DEFAULTS = RelayConfig()
+
+# option -> (RelayConfig field, click type, help); defaults come from DEFAULTS
+_TUNABLES: dict[str, tuple[str, Any, str]] = {
+    "--ip-rate": ("ip_rate_per_s", click.FloatRange(0.1), "requests per second per client IP"),
+    "--node-rate": ("node_rate_per_min", click.FloatRange(0.1), "profiles per minute per node"),
+    "--heartbeat-interval": ("heartbeat_interval_s", click.FloatRange(0.1), "seconds between heartbeats"),
+    "--beacon-interval": ("beacon_interval_s", click.FloatRange(0.1), "seconds between beacon rounds"),
+}
+
+
+def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of every command that starts a relay (`relay`, `up`); the command receives `config`
+    (a RelayConfig), `log_level` and `tls`."""
+    options = [
+        click.option("--host", default=DEFAULTS.host, show_default=True, help="address to listen on"),
+        click.option("--port", type=click.IntRange(1, 65535), default=DEFAULTS.port, show_default=True),
+        click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULTS.data_dir,
+                     show_default=True, help="SQLite store and the relay key"),
+        click.option("--nats", metavar="URL", help="NATS JetStream server shared by a relay cluster"),
+        *[click.option(name, field, type=kind, default=getattr(DEFAULTS, field), show_default=True, help=text)
+          for name, (field, kind, text) in _TUNABLES.items()],
+        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+                     show_default=True),
+        click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
+                     "(browsers on other devices need https for WebCrypto and WebGPU)"),
+    ]
+
+    @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
+    def wrapper(host: str, port: int, data_dir: Path, nats: str | None, log_level: str, tls: bool,
+                **kwargs: Any) -> Any:
+        tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
+        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, **tunables)
+        return fn(config=config, log_level=log_level, tls=tls, **kwargs)
+
+    command: Callable[..., Any] = wrapper
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def tls_files(config: RelayConfig, tls: bool) -> tuple[Path, Path] | None:
+    if not tls:
+        return None
+    from web.tls import TlsError, self_signed
+
+    try:
+        return self_signed(config.data_dir, config.host)
+    except TlsError as exc:
+        raise UserError(str(exc)) from None
+
+
+def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = None) -> None:
+    import uvicorn
+
+    from web import logs
+    from web.app import create_app
+
+    logs.configure(log_level)
+    try:
+        app = create_app(config)
+    except KeyFileError as exc:
+        hint = "" if "chmod" in str(exc) else "; move it away and restart to make a new one (a new relay id)"
+        raise UserError(f"relay key: {exc}{hint}") from None
+    except (OSError, sqlite3.Error) as exc:
+        raise UserError(f"cannot open the relay's data directory {config.data_dir}: {exc}") from None
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
+                    access_log=False, ssl_certfile=str(tls[0]) if tls else None,
+                    ssl_keyfile=str(tls[1]) if tls else None)
+    except OSError as exc:
+        raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None
+
+
+@click.command("relay")
+@relay_options
+def relay_cmd(config: RelayConfig, log_level: str, tls: bool) -> None:
+    """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
+    files = tls_files(config, tls)
+    scheme = "https" if files else "http"
+    click.echo(f"ce-bench relay on {scheme}://{config.host}:{config.port} (data in {config.data_dir})", err=True)
+    serve(config, log_level, files)
