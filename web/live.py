@@ -11,7 +11,11 @@ node -> relay  {"type": "cosigned", "sample": LinkSample} with sig_a: the relay 
 relay -> node  a binary frame of BW_PROBE_BYTES, now and then (randomised): the bandwidth probe
 node -> relay  {"type": "bw_ack", "n": BYTES}   at once; bw = 8 n / (time to ack - RTT)
 relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
-relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after too many, the relay closes (1008)
+relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after MAX_ERRORS, the relay closes (1008)
+
+Session is the whole protocol state of one connection, with time passed in (h11's style): the Starlette
+endpoint (web/live_endpoint.py) only moves frames and calls the relay. A bad message costs an error frame,
+never the session, until MAX_ERRORS of them.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class LiveError(Exception):
 
 
 SAMPLES_PER_LINK = 3  # pongs behind each co-signed LinkSample
+MAX_ERRORS = 5  # bad messages a session may send before the relay closes it (1008): a broken client stops
+PINGS_KEPT = 10  # outstanding pings remembered; an older pong is unknown (its RTT would be stale anyway)
 BW_PROBE_BYTES = 256 * 1024  # a timed transfer: big enough to dwarf the RTT on LANs, small for phones
 BW_PROBE_CHANCE = 0.25  # per ping: bandwidth is probed less often than RTT, at random moments
 
@@ -54,6 +60,29 @@ class Session:
     pongs: int = 0
     bw_sent_at: float | None = None
     bw_mbps: float | None = None
+    pings: dict[int, float] = field(default_factory=dict)  # ping id -> sent at (perf_counter seconds)
+    ping_seq: int = 0
+
+    def ping(self, now: float) -> dict[str, Any]:
+        """The next ping message; its send time is remembered for the pong."""
+        self.ping_seq += 1
+        self.pings[self.ping_seq] = now
+        self.pings_sent += 1
+        for old in [k for k in self.pings if k <= self.ping_seq - PINGS_KEPT]:
+            del self.pings[old]
+        return {"type": "ping", "id": self.ping_seq}
+
+    def start_bw_probe(self, now: float, draw: float) -> bool:
+        """Whether to send a bandwidth probe now (`draw` uniform in [0, 1)): only to a known node, one at a time."""
+        if self.node_id is None or self.bw_sent_at is not None or draw >= BW_PROBE_CHANCE:
+            return False
+        self.bw_sent_at = now
+        return True
+
+    def refuse(self, error: LiveError) -> tuple[dict[str, Any], bool]:
+        """The error frame for a bad message, and whether the session has now used up its MAX_ERRORS."""
+        self.errors += 1
+        return error.message(), self.errors >= MAX_ERRORS
 
     def heartbeat(self, heartbeat: Any) -> str:
         """Verifies a heartbeat for this session; returns the node id or raises LiveError."""
@@ -73,7 +102,12 @@ class Session:
         self.last_seq = heartbeat["seq"]
         return str(heartbeat["node_id"])
 
-    def pong(self, rtt_ms: float) -> float:
+    def pong(self, ping_id: Any, now: float) -> float:
+        """Completes a ping (now in perf_counter seconds); the smoothed RTT in ms."""
+        sent = self.pings.pop(ping_id, None) if type(ping_id) is int else None  # True == 1 as a dict key
+        if sent is None:
+            raise LiveError("unknown_ping", "pong for no outstanding ping")
+        rtt_ms = (now - sent) * 1000
         self.pongs += 1
         self.rtt_samples.append(rtt_ms)
         self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms

@@ -1,0 +1,72 @@
+"""The live-session protocol as a pure state machine (web/live.py), time passed in: no sockets needed to
+test RTT bookkeeping, the error budget or the bandwidth probe. The same code runs under the real relay in
+tests/test_relay_api.py, tests/test_links.py and tests/test_no_5xx.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from web.live import MAX_ERRORS, PINGS_KEPT, SAMPLES_PER_LINK, LiveError, Session
+
+NODE = "12D3KooWAbCdEfGhJkLmNpQrStUvWxYz1234567890abcdefghij"
+RELAY = "12D3KooWRelayRelayRelayRelayRelayRelayRelayRelayRel"
+
+
+def test_pong_measures_rtt_from_the_time_passed_in() -> None:
+    s = Session("0" * 32)
+    ping = s.ping(now=100.0)
+    assert ping == {"type": "ping", "id": 1}
+    assert s.pong(1, now=100.020) == pytest.approx(20.0)
+    s.ping(now=200.0)
+    assert s.pong(2, now=200.040) == pytest.approx(0.8 * 20.0 + 0.2 * 40.0)  # EWMA, alpha 0.2
+
+
+@pytest.mark.parametrize("ping_id", [1, True, 1.0, "1", None, [1]])
+def test_a_pong_must_name_an_outstanding_ping_exactly(ping_id: object) -> None:
+    s = Session("0" * 32)
+    s.ping(now=0.0)
+    s.pong(1, now=0.001)
+    with pytest.raises(LiveError) as refused:  # answered already, or not an integer id (True == 1 in a dict)
+        s.pong(ping_id, now=0.002)
+    assert refused.value.code == "unknown_ping"
+
+
+def test_old_pings_are_forgotten() -> None:
+    s = Session("0" * 32)
+    for i in range(PINGS_KEPT + 5):
+        s.ping(now=float(i))
+    assert len(s.pings) == PINGS_KEPT and min(s.pings) == 6
+    with pytest.raises(LiveError):
+        s.pong(1, now=100.0)
+
+
+def test_error_budget_closes_after_max_errors() -> None:
+    s = Session("0" * 32)
+    verdicts = [s.refuse(LiveError("invalid_json", "x")) for _ in range(MAX_ERRORS)]
+    assert [close for _, close in verdicts] == [False] * (MAX_ERRORS - 1) + [True]
+    assert verdicts[0][0] == {"type": "error", "code": "invalid_json", "detail": "x"}
+
+
+def test_bandwidth_probe_only_to_a_known_node_one_at_a_time() -> None:
+    s = Session("0" * 32)
+    assert not s.start_bw_probe(now=1.0, draw=0.0)  # no heartbeat yet: nobody to measure
+    s.node_id = NODE
+    assert not s.start_bw_probe(now=1.0, draw=0.99)  # the draw says not this time
+    assert s.start_bw_probe(now=1.0, draw=0.0)
+    assert not s.start_bw_probe(now=1.1, draw=0.0)  # one outstanding
+    s.rtt_ms = 10.0
+    assert s.bw_ack(256 * 1024, now=1.0 + 0.010 + 0.020) == pytest.approx(8 * 256 * 1024 / 0.020 / 1e6, rel=1e-3)
+    with pytest.raises(LiveError):
+        s.bw_ack(256 * 1024, now=2.0)
+
+
+def test_link_body_after_enough_pongs() -> None:
+    s = Session("0" * 32, node_id=NODE)
+    for i in range(SAMPLES_PER_LINK):
+        s.ping(now=float(i))
+        assert s.link_body(RELAY, now=1e9) is None or i == SAMPLES_PER_LINK
+        s.pong(i + 1, now=i + 0.001 * (i + 1))
+    body = s.link_body(RELAY, now=1e9)
+    assert body is not None and body["a"] == NODE and body["b"] == RELAY
+    assert body["rtt_ms"] == pytest.approx(2.0) and body["loss"] == 0.0
+    assert s.link_body(RELAY, now=1e9) is None  # the window restarts

@@ -1,0 +1,113 @@
+"""WS /v1/live as module-level Starlette handlers over the pure protocol of web/live.py: receive a frame,
+let the Session judge it, carry out what it says against the relay, send the answer. One handler per
+message type; a bad message gets an error frame and the session goes on (until MAX_ERRORS)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from web.live import BW_PROBE_BYTES, LiveError, Session, parse_message
+from web.problems import Problem
+from web.relay import Relay
+
+
+@dataclass
+class Connection:
+    ws: WebSocket
+    relay: Relay
+    session: Session
+    probe_rng: random.Random = field(default_factory=random.Random)
+
+
+async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
+    relay, session = conn.relay, conn.session
+    node_id = session.heartbeat(message.get("heartbeat"))
+    if not relay.atlas.heartbeat(node_id, time.time(), session.rtt_ms):
+        raise LiveError("unknown_node", "post a profile (POST /v1/profiles) before heartbeats")
+    relay.metrics.heartbeats += 1
+    if relay.cluster is not None:
+        relay.cluster.publish_heartbeat(node_id)
+    await conn.ws.send_json({"type": "ack", "seq": session.last_seq})
+
+
+async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
+    relay, session = conn.relay, conn.session
+    rtt = session.pong(message.get("id"), time.perf_counter())
+    if session.node_id:
+        relay.atlas.heartbeat(session.node_id, time.time(), rtt)
+    body = session.link_body(relay.relay_id, time.time())
+    if body is not None:
+        await conn.ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
+
+
+async def on_bw_ack(conn: Connection, message: dict[str, Any]) -> None:
+    conn.session.bw_ack(message.get("n"), time.perf_counter())
+
+
+async def on_cosigned(conn: Connection, message: dict[str, Any]) -> None:
+    sample = message.get("sample")
+    if not isinstance(sample, dict) or sample.get("b") != conn.relay.relay_id:
+        raise LiveError("invalid_message", "cosigned needs the sample this relay sent")
+    try:
+        await conn.relay.add_link(json.dumps(sample).encode(), time.time())
+    except Problem as problem:
+        raise LiveError(problem.code, problem.detail or problem.title) from None
+
+
+HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
+    "heartbeat": on_heartbeat, "pong": on_pong, "bw_ack": on_bw_ack, "cosigned": on_cosigned}
+
+
+async def pinger(conn: Connection, interval_s: float) -> None:
+    """Pings every heartbeat interval (RTT), and now and then a bandwidth probe right behind the ping."""
+    while True:
+        await asyncio.sleep(interval_s)
+        await conn.ws.send_json(conn.session.ping(time.perf_counter()))
+        if conn.session.start_bw_probe(time.perf_counter(), conn.probe_rng.random()):
+            await conn.ws.send_bytes(os.urandom(BW_PROBE_BYTES))
+
+
+async def receive_message(ws: WebSocket) -> dict[str, Any]:
+    """The next message; a binary frame is parsed like text (JSON or LiveError), never a dead session."""
+    frame = await ws.receive()
+    if frame["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(frame.get("code", 1000))
+    return parse_message(frame.get("text") or frame.get("bytes") or b"")
+
+
+async def live(ws: WebSocket) -> None:
+    relay: Relay = ws.app.state.relay
+    await ws.accept()
+    conn = Connection(ws, relay, Session(relay.new_session_id()))
+    relay.metrics.ws_sessions += 1
+    await ws.send_json({"type": "welcome", "relay": relay.relay_id, "session": conn.session.session,
+                        "heartbeat_interval_s": relay.config.heartbeat_interval_s})
+    ping_task = asyncio.create_task(pinger(conn, relay.config.heartbeat_interval_s))
+    try:
+        while True:
+            try:
+                message = await receive_message(ws)
+                handler = HANDLERS.get(message["type"])
+                if handler is None:
+                    raise LiveError("unknown_type", f"unknown message type {message['type'][:40]!r}")
+                await handler(conn, message)
+            except LiveError as exc:
+                frame, close = conn.session.refuse(exc)
+                await ws.send_json(frame)
+                if close:
+                    await ws.close(code=1008, reason="too many invalid messages")
+                    return
+    except WebSocketDisconnect:
+        pass
+    finally:
+        ping_task.cancel()
+        relay.metrics.ws_sessions -= 1
