@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/relay_ingest.py [--nodes 100000]
 
-1. sustained ingest: signed profiles (~2.3 KB each, verification included) posted by 32 keep-alive
-   connections to one relay process until `--nodes` nodes are stored; reference: the same profiles
+1. sustained ingest: signed profiles (~7.5 KB each, shaped like bench/fixtures/real_profile.json) posted
+   by 32 keep-alive connections to one relay process until `--nodes` nodes are stored; reference: the same profiles
    verified in-process (schema + Ed25519 + RFC 8785), without HTTP or storage — the ratio is what HTTP,
    durable storage and the event loop cost;
 2. latency at 500 profiles/s (open loop): p50/p99;
@@ -31,28 +31,26 @@ sys.path.insert(0, str(ROOT))
 
 from bench.relay_load import get_request, pct, post_request, run_closed_loop, run_open_loop  # noqa: E402
 from capsule.signing import sign, verify_record  # noqa: E402
+from common.keys import NodeKey  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
 
-
-def evidence_like_a_real_run() -> dict[str, Any]:
-    """Evidence of the size and shape `ce-bench run` writes (per-instance lists, spreads, checksums)."""
-    rnd = [round(30 + i * 0.37, 4) for i in range(24)]
-    return {"cpu": {"gflops_fp32": {"method": "sum over 2 concurrent capsule instances", "per_instance": rnd[:2],
-                                    "samples": rnd, "checksum": secrets.token_hex(32)},
-                    "mem_bw_gbps": {"per_instance": rnd[:2], "samples": rnd}, "instances": 2},
-            "llm": {"token_ids_sha256": secrets.token_hex(32), "runs": rnd[:3], "method": "tg128 " * 20},
-            "storage": {"write": {"n": 2, "median": 900.5}, "read": {"n": 2, "median": 1800.25}},
-            "plan": {"seed": secrets.token_hex(32), "order": ["sgemm", "stream", "llm"], "start_jitter_ms": 417}}
+REAL_PROFILE = ROOT / "bench" / "fixtures" / "real_profile.json"  # `ce-bench run`, AMD EPYC 9xx4, 2026-12-03
 
 
 def make_profiles(beacon: dict[str, Any], n: int) -> list[bytes]:
+    """Profiles of the size and shape of a real run (the fixture's evidence, GPUs and all), each re-signed by
+    its own key and citing the relay's beacon."""
+    template = json.loads(REAL_PROFILE.read_text())
+    cited = {k: beacon[k] for k in ("relay", "round", "value")}
     out = []
     for _ in range(n):
-        key, p = sample_profile(beacon=beacon)
-        body = {k: v for k, v in p.items() if k != "sig"}
-        body["evidence"] = evidence_like_a_real_run()
+        key = NodeKey.generate()
+        body = {**{k: v for k, v in template.items() if k != "sig"}, "node_id": key.node_id, "beacon": cited,
+                "measured_at": int(time.time())}
+        body["evidence"] = {**template["evidence"], "plan": {**template["evidence"]["plan"],
+                                                             "seed": secrets.token_hex(32)}}
         out.append(json.dumps(sign("NodeProfile", body, key)).encode())
     return out
 
@@ -60,11 +58,12 @@ def make_profiles(beacon: dict[str, Any], n: int) -> list[bytes]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100_000)
+    parser.add_argument("--verify-workers", type=int, default=0, help="the relay's --verify-workers")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         relay = RelayProcess(tmp / "relay", "--ip-rate", "1000000", "--heartbeat-interval", "3600",
-                             "--log-level", "warning").start()
+                             "--log-level", "warning", "--verify-workers", str(args.verify_workers)).start()
         try:
             with urllib.request.urlopen(relay.url + "/beacon") as r:
                 beacon = json.loads(r.read())

@@ -9,6 +9,8 @@ profile needs no separate key field.
 
 from __future__ import annotations
 
+import functools
+
 ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _INDEX = {c: i for i, c in enumerate(ALPHABET)}
 ED25519_PREFIX = bytes([0x00, 0x24, 0x08, 0x01, 0x12, 0x20])
@@ -45,6 +47,7 @@ def peer_id_from_public_key(public_key: bytes) -> str:
     return b58encode(ED25519_PREFIX + public_key)
 
 
+@functools.lru_cache(maxsize=4096)  # a record names the same ids several times (schema, signature, links)
 def public_key_from_peer_id(peer_id: str) -> bytes:
     if not isinstance(peer_id, str):
         raise PeerIdError(f"a PeerId is a string, got {type(peer_id).__name__}")

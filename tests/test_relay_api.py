@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from capsule.signing import sign
@@ -97,6 +98,33 @@ def test_refusals_have_stable_codes_and_fields(relay: RelayProcess) -> None:
     assert refusal(relay, older)[1]["code"] == "stale_profile"
     status, body = refusal(relay, b"{" + b" " * 70_000 + b"}")
     assert (status, body["code"]) == (413, "body_too_large")
+
+
+def test_verification_in_worker_processes_answers_the_same(tmp_path: Path) -> None:
+    """--verify-workers moves JSON/schema/signature checks into worker processes (web/verify_pool.py): the
+    answers must not change, refusals included, and nothing may hang when a worker is busy or gone."""
+    with RelayProcess(tmp_path / "data", "--verify-workers", "1") as relay:
+        beacon = beacon_of(relay)
+        key, good = sample_profile(beacon=beacon)
+        assert refusal(relay, b"{not json")[1]["code"] == "invalid_json"
+        status, body = refusal(relay, mutated(good, "cpu.cores", 0))
+        assert (status, body["code"], body["field"]) == (422, "invalid_field", "$.cpu.cores")
+        status, body = refusal(relay, {**good, "cpu": {**good["cpu"], "gflops_fp32": 1e6}})
+        assert (status, body["code"], body["field"]) == (422, "bad_signature", "$.sig")
+        status, body = refusal(relay, mutated(good, "evidence", {"x": 2**53}))
+        assert (status, body["code"], body["field"]) == (422, "invalid_field", "$.evidence.x")
+        assert relay.post("/v1/profiles", good)[0] == 201
+        assert refusal(relay, good)[1]["code"] == "replayed_profile"
+        assert relay.proc is not None
+        workers = psutil.Process(relay.proc.pid).children(recursive=True)
+        assert workers, "no verification worker process"
+        for worker in workers:  # failure injection: a worker killed under the relay
+            worker.kill()
+        psutil.wait_procs(workers, timeout=10)
+        _, other = sample_profile(beacon=beacon)
+        assert relay.post("/v1/profiles", other)[0] == 201  # verified in-process, the pool restarted
+        _, third = sample_profile(beacon=beacon)
+        assert relay.post("/v1/profiles", third)[0] == 201
 
 
 def test_node_rate_limit(relay: RelayProcess) -> None:

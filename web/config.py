@@ -15,6 +15,10 @@ class RelayConfig:
     nats_url: str | None = None
     nats_bucket: str = "ce-atlas"
 
+    # Processes that verify posted profiles (JSON, schema, signature) beside the event loop; 0 verifies
+    # in-process. BENCHMARKS.md ("Relay") has the measured effect on a 2-core machine.
+    verify_workers: int = 0
+
     # Ingest. A NodeProfile with full evidence is ~6 KiB; 64 KiB leaves room for many GPUs.
     max_body_bytes: int = 64 * 1024
     # A profile's measured_at may be this far ahead of the relay's clock (NTP-less phones drift).

@@ -58,6 +58,12 @@ def verify_profile(data: Any) -> dict[str, Any]:
     return data
 
 
+def verify_body(body: bytes) -> dict[str, Any]:
+    """JSON, schema and signature of a posted profile: the CPU-heavy part, free of any relay state, so it can
+    run in a worker process (web/verify_pool.py)."""
+    return verify_profile(parse_json(body))
+
+
 class Ingest:
     def __init__(self, config: RelayConfig, atlas: Atlas, beacons: BeaconBook) -> None:
         self.config = config
@@ -67,10 +73,16 @@ class Ingest:
 
     def check(self, body: bytes, now: float) -> tuple[dict[str, Any], bool]:
         """The verified profile and whether it replaces a stored one; raises Problem to refuse."""
+        self.check_size(body)
+        return self.admit(verify_body(body), now)
+
+    def check_size(self, body: bytes) -> None:
         if len(body) > self.config.max_body_bytes:
             raise Problem(413, "body_too_large", "the profile is too large",
                           f"{len(body)} bytes; this relay accepts at most {self.config.max_body_bytes}")
-        profile = verify_profile(parse_json(body))
+
+    def admit(self, profile: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
+        """The checks after the signature, against this relay's state: beacon, time, newer than stored, rate."""
         self._check_beacon(profile, now)
         measured_at = profile["measured_at"]
         if measured_at > now + self.config.clock_skew_s:

@@ -23,6 +23,7 @@ from web.metrics import Metrics
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
 from web.store import Store, StoreError
+from web.verify_pool import VerifyPool
 
 log = logging.getLogger("ce.relay")
 
@@ -40,6 +41,7 @@ class Relay:
         self.ip_limits = TokenBuckets(config.ip_rate_per_s, config.ip_burst)
         self.metrics = Metrics()
         self.links = LinkBook(self.relay_id, config)
+        self.verifier = VerifyPool(config.verify_workers)
         self.cluster: Any = None  # web.cluster.Cluster when --nats is given
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
@@ -71,6 +73,7 @@ class Relay:
             task.cancel()
         if self.cluster is not None:
             await self.cluster.stop()
+        self.verifier.close()
         self.store.close()
 
     async def _every(self, interval_s: float, job: Any) -> None:
@@ -110,8 +113,10 @@ class Relay:
             self.metrics.ingest_seconds.observe(time.perf_counter() - started)
 
     async def _post_profile(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        self.ingest.check_size(body)
+        verified = await self.verifier.verify(body)
         now = time.time()
-        profile, replaced = self.ingest.check(body, now)
+        profile, replaced = self.ingest.admit(verified, now)
         node_id = profile["node_id"]
         if node_id in self._inflight:
             raise Problem(409, "concurrent_profile", "another profile of this node is being stored",
