@@ -47,17 +47,26 @@ def test_error_budget_closes_after_max_errors() -> None:
     assert verdicts[0][0] == {"type": "error", "code": "invalid_json", "detail": "x"}
 
 
-def test_bandwidth_probe_only_to_a_known_node_one_at_a_time() -> None:
+def test_bandwidth_probe_first_at_once_then_rarely_one_at_a_time() -> None:
     s = Session("0" * 32)
-    assert not s.start_bw_probe(now=1.0, draw=0.0)  # no heartbeat yet: nobody to measure
+    assert not s.wants_bw_probe(draw=0.0, chance=1.0)  # no heartbeat yet: nobody to measure
     s.node_id = NODE
-    assert not s.start_bw_probe(now=1.0, draw=0.99)  # the draw says not this time
-    assert s.start_bw_probe(now=1.0, draw=0.0)
-    assert not s.start_bw_probe(now=1.1, draw=0.0)  # one outstanding
+    assert s.wants_bw_probe(draw=0.99, chance=0.01)  # never measured: probe at the first chance
+    s.start_bw_probe(now=1.0)
+    assert not s.wants_bw_probe(draw=0.0, chance=1.0)  # one outstanding
     s.rtt_ms = 10.0
     assert s.bw_ack(256 * 1024, now=1.0 + 0.010 + 0.020) == pytest.approx(8 * 256 * 1024 / 0.020 / 1e6, rel=1e-3)
     with pytest.raises(LiveError):
         s.bw_ack(256 * 1024, now=2.0)
+    assert not s.wants_bw_probe(draw=0.5, chance=0.0167)  # measured: the draw decides
+    assert s.wants_bw_probe(draw=0.01, chance=0.0167)
+
+
+def test_probe_chance_gives_the_configured_mean_interval() -> None:
+    from web.config import RelayConfig
+
+    config = RelayConfig(heartbeat_interval_s=10.0, bw_probe_interval_s=600.0)
+    assert config.bw_probe_chance == pytest.approx(1 / 60)  # one ping in 60 on average: every 600 s
 
 
 def test_link_body_after_enough_pongs() -> None:

@@ -23,6 +23,8 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
     "--node-rate": ("node_rate_per_min", click.FloatRange(0.1), "profiles per minute per node"),
     "--heartbeat-interval": ("heartbeat_interval_s", click.FloatRange(0.1), "seconds between heartbeats"),
     "--beacon-interval": ("beacon_interval_s", click.FloatRange(0.1), "seconds between beacon rounds"),
+    "--bw-probe-interval": ("bw_probe_interval_s", click.FloatRange(1), "mean seconds between bandwidth probes "
+                            "of one live session"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
                          "the event loop (0: in-process)"),
 }

@@ -34,6 +34,14 @@ class RelayConfig:
     # Liveness (seed 003's heartbeat): a node is offline after missing this many heartbeat intervals.
     heartbeat_interval_s: float = 10.0
     offline_after_missed: int = 3
+    # Mean time between bandwidth probes on a live session (a 256 KiB frame the node acknowledges), after the
+    # first one right after the node's first heartbeat. Each probe costs a phone 256 KiB of its data plan:
+    # every 10 min is ~1.5 MB/h; a probe also delays that session's next frames by its transfer time.
+    bw_probe_interval_s: float = 600.0
+    # Relay-wide ceiling on probe traffic, Mbit/s: probes beyond it wait for a later ping. 64 Mbit/s is 32
+    # probes/s, evenly spaced: the steady state of ~19,000 sessions at the interval above.
+    bw_probe_budget_mbps: float = 64.0
+
     # How often the relay looks for nodes that went silent.
     sweep_interval_s: float = 1.0
 
@@ -61,6 +69,15 @@ class RelayConfig:
         "cpu_gflops": 75.0, "gpu_tflops": 10.0, "tokens_per_sec": 200.0})
     perf_weights: dict[str, float] = field(default_factory=lambda: {
         "cpu_gflops": 0.4, "gpu_tflops": 0.4, "tokens_per_sec": 0.2})
+
+    @property
+    def bw_probe_chance(self) -> float:
+        """Probability per ping (one ping per heartbeat interval) that gives bw_probe_interval_s on average."""
+        return min(1.0, self.heartbeat_interval_s / self.bw_probe_interval_s)
+
+    @property
+    def bw_probes_per_s(self) -> float:
+        return self.bw_probe_budget_mbps * 1e6 / 8 / (256 * 1024)
 
     @property
     def offline_after_s(self) -> float:

@@ -45,7 +45,6 @@ SAMPLES_PER_LINK = 3  # pongs behind each co-signed LinkSample
 MAX_ERRORS = 5  # bad messages a session may send before the relay closes it (1008): a broken client stops
 PINGS_KEPT = 10  # outstanding pings remembered; an older pong is unknown (its RTT would be stale anyway)
 BW_PROBE_BYTES = 256 * 1024  # a timed transfer: big enough to dwarf the RTT on LANs, small for phones
-BW_PROBE_CHANCE = 0.25  # per ping: bandwidth is probed less often than RTT, at random moments
 
 
 @dataclass
@@ -60,6 +59,7 @@ class Session:
     pongs: int = 0
     bw_sent_at: float | None = None
     bw_mbps: float | None = None
+    bw_probes: int = 0
     pings: dict[int, float] = field(default_factory=dict)  # ping id -> sent at (perf_counter seconds)
     ping_seq: int = 0
 
@@ -72,12 +72,17 @@ class Session:
             del self.pings[old]
         return {"type": "ping", "id": self.ping_seq}
 
-    def start_bw_probe(self, now: float, draw: float) -> bool:
-        """Whether to send a bandwidth probe now (`draw` uniform in [0, 1)): only to a known node, one at a time."""
-        if self.node_id is None or self.bw_sent_at is not None or draw >= BW_PROBE_CHANCE:
+    def wants_bw_probe(self, draw: float, chance: float) -> bool:
+        """Whether this session is due a bandwidth probe: only a known node, one at a time; the first at the
+        first chance, later ones with probability `chance` per ping (`draw` uniform in [0, 1)). The relay's
+        probe budget decides whether it is sent (web/live_endpoint.py)."""
+        if self.node_id is None or self.bw_sent_at is not None:
             return False
+        return self.bw_probes == 0 or draw < chance
+
+    def start_bw_probe(self, now: float) -> None:
+        self.bw_probes += 1
         self.bw_sent_at = now
-        return True
 
     def refuse(self, error: LiveError) -> tuple[dict[str, Any], bool]:
         """The error frame for a bad message, and whether the session has now used up its MAX_ERRORS."""

@@ -1,0 +1,171 @@
+"""How many live sessions one relay process holds (issue 11, item 8): the figure that decides how many relays
+a network of phones needs.
+
+    .venv/bin/python bench/relay_sessions.py [--steps 100,1000,5000,10000] [--hold-s 30]
+
+Method: one relay process (default config: heartbeat interval 10 s, a ping every interval, a 256 KiB
+bandwidth probe per session at first and then every 600 s on average, within the relay's 64 Mbit/s probe
+budget). A load generator (one asyncio process, websockets) registers N nodes
+(POST /v1/profiles) and opens N live sessions, each doing what `host_runner/live_client.py` does: a signed
+heartbeat every interval / 2, a pong for every ping, a bw_ack for every probe, a signature on every cosign
+request. Sessions ramp up in steps; at each step the generator holds them for --hold-s and records the time
+from sending each heartbeat to its ack. Reference in the same run: the same latency at the first (smallest)
+step. Relay RSS is read from /proc. Targets: 10,000 concurrent sessions, heartbeat ack p99 <= 100 ms,
+relay RSS <= 1 GiB. The generator shares the 2 cores with the relay: figures are lower bounds for the relay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
+
+from bench.relay_load import pct, post_request, run_closed_loop  # noqa: E402
+from capsule.signing import sign  # noqa: E402
+from common.keys import NodeKey  # noqa: E402
+from tests.relay_process import RelayProcess  # noqa: E402
+from tests.samples import sample_profile  # noqa: E402
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.ack_s: list[float] = []
+        self.errors: list[str] = []
+        self.closed = 0
+        self.recording = False
+
+
+async def session(url: str, key: NodeKey, stats: Stats, stop: asyncio.Event) -> None:
+    try:
+        async with connect(url, open_timeout=60, max_size=2**20, ping_interval=None) as ws:
+            welcome = json.loads(await ws.recv())
+            interval = float(welcome["heartbeat_interval_s"])
+            sent: dict[int, float] = {}
+            beat_task = asyncio.create_task(beats(ws, key, welcome["session"], interval, sent, stop))
+            try:
+                async for frame in ws:
+                    if isinstance(frame, bytes):
+                        await ws.send(json.dumps({"type": "bw_ack", "n": len(frame)}))
+                        continue
+                    message = json.loads(frame)
+                    kind = message.get("type")
+                    if kind == "ping":
+                        await ws.send(json.dumps({"type": "pong", "id": message["id"]}))
+                    elif kind == "ack":
+                        t0 = sent.pop(message["seq"], None)
+                        if t0 is not None and stats.recording:
+                            stats.ack_s.append(time.perf_counter() - t0)
+                    elif kind == "cosign":
+                        await ws.send(json.dumps({"type": "cosigned",
+                                                  "sample": sign("LinkSample", message["sample"], key, "sig_a")}))
+                    elif kind == "error":
+                        stats.errors.append(f"{message.get('code', '?')}: {str(message.get('detail'))[:80]}")
+            finally:
+                beat_task.cancel()
+    except Exception as exc:  # the figure is how many sessions survive: count every way one ends
+        stats.errors.append(type(exc).__name__)
+    finally:
+        stats.closed += 1
+
+
+async def beats(ws: ClientConnection, key: NodeKey, session_id: str, interval: float, sent: dict[int, float],
+                stop: asyncio.Event) -> None:
+    seq = 0
+    while not stop.is_set():
+        beat = sign("Heartbeat", {"node_id": key.node_id, "session": session_id, "seq": seq,
+                                  "sent_at": int(time.time())}, key)
+        sent[seq] = time.perf_counter()
+        await ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
+        seq += 1
+        await asyncio.sleep(interval / 2)
+    await ws.close()
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], hold_s: float) -> None:
+    url = relay.url.replace("http://", "ws://") + "/v1/live"
+    stats, stop = Stats(), asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    reference_p99: float | None = None
+    assert relay.proc is not None
+    for n in steps:
+        t0 = time.perf_counter()
+        while len(tasks) < n:
+            tasks.append(asyncio.create_task(session(url, keys[len(tasks)], stats, stop)))
+            if len(tasks) % 200 == 0:
+                await asyncio.sleep(0.2)  # ramp ~1,000 handshakes/s
+        ramp_s = time.perf_counter() - t0
+        await asyncio.sleep(6)  # every session has sent its first heartbeat
+        stats.ack_s, stats.errors, stats.recording = [], [], True
+        relay_cpu0, gen_cpu0 = cpu_s(relay.proc.pid), time.process_time()
+        await asyncio.sleep(hold_s)
+        stats.recording = False
+        relay_cpu = (cpu_s(relay.proc.pid) - relay_cpu0) / hold_s * 100
+        gen_cpu = (time.process_time() - gen_cpu0) / hold_s * 100
+        acks = stats.ack_s
+        open_now = len(tasks) - stats.closed
+        p50, p99 = (pct(acks, 0.5) * 1000, pct(acks, 0.99) * 1000) if acks else (float("nan"),) * 2
+        reference_p99 = reference_p99 or p99
+        errors = {e: stats.errors.count(e) for e in sorted(set(stats.errors))}
+        print(f"{n:>6} sessions (ramp {ramp_s:.0f} s): {open_now} open, {len(acks)} acks in {hold_s:.0f} s "
+              f"({len(acks) / hold_s:.0f}/s), ack p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+              f"(x{p99 / reference_p99:.1f} the {steps[0]}-session p99), relay RSS {rss_mib(relay.proc.pid):.0f} MiB"
+              f", CPU relay {relay_cpu:.0f}% generator {gen_cpu:.0f}% (of one core), errors {errors or 'none'}",
+              flush=True)
+        if open_now < n * 0.99:
+            print(f"broke at {n}: only {open_now} sessions open", flush=True)
+            break
+    stop.set()
+    await asyncio.wait(tasks, timeout=30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", default="100,1000,5000,10000")
+    parser.add_argument("--hold-s", type=float, default=30.0)
+    args = parser.parse_args()
+    steps = [int(x) for x in args.steps.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning").start()
+        try:
+            with urllib.request.urlopen(relay.url + "/beacon") as r:
+                beacon: dict[str, Any] = json.loads(r.read())
+            pairs = [sample_profile(beacon=beacon) for _ in range(max(steps))]
+            reqs = [post_request("127.0.0.1", relay.port, "/v1/profiles", json.dumps(p).encode()) for _, p in pairs]
+            _, statuses, wall = asyncio.run(run_closed_loop("127.0.0.1", relay.port, reqs, 32))
+            assert all(s == 201 for s in statuses), "registration failed"
+            assert relay.proc is not None
+            print(f"registered {len(reqs)} nodes in {wall:.0f} s; relay RSS {rss_mib(relay.proc.pid):.0f} MiB "
+                  "before any session", flush=True)
+            asyncio.run(run_steps(relay, [k for k, _ in pairs], steps, args.hold_s))
+        finally:
+            relay.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
