@@ -54,6 +54,7 @@ def test_live_session_produces_cosigned_links_and_coordinates(tmp_path: Path) ->
             session.stop()
         assert mine[0]["bw_mbps"] > 0
         time.sleep(1.0)  # a co-signed sample in flight when the session closed lands before the reads below
+        _, graph, _ = relay.get("/netgraph")  # read again: the graph above may predate that sample
         edges = [e for e in graph["edges"] if e["a"] == key.node_id]
         assert len(edges) == 1 and edges[0]["b"] == graph["relay"]
         verify_record("LinkSample", edges[0])  # both signatures
