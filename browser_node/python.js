@@ -6,6 +6,7 @@ const WHEELS = ["rfc8785-0.1.4-py3-none-any.whl", "ce_capsule-1.0.0-py3-none-any
 const HELPERS = `
 import json
 from capsule.aggregate import aggregate
+from capsule.probe_report import parse_report
 from capsule.canonical import signing_message
 from capsule.peerid import peer_id_from_public_key
 from capsule.plan import CPU_PROBES, instance_seed, plan_from_beacon
@@ -27,7 +28,7 @@ def ce_plan(beacon_value, node_id):
 
 def ce_profile(args_json):
     a = json.loads(args_json)
-    figures = aggregate(a["concurrent"], a["solo"], a.get("scaling"))
+    figures = aggregate([parse_report(r) for r in a["concurrent"]], parse_report(a["solo"]), a.get("scaling"))
     profile = build_profile(node_id=a["node_id"], measured_at=a["measured_at"], beacon=a["beacon"],
         capsule=a["capsule"], cores=a["cores"], threads=a["threads"], memory=a["memory"],
         storage_total_gb=a["storage_total_gb"], storage_free_gb=a["storage_free_gb"], figures=figures,
@@ -42,7 +43,7 @@ def ce_chosen_instances(curve_json):
     return chosen_instances([tuple(step) for step in json.loads(curve_json)])
 
 def ce_window_rate(reports_json, probe):
-    rate = window_rate([work_spans(r, probe) for r in json.loads(reports_json)]).rate
+    rate = window_rate([work_spans(parse_report(r), probe) for r in json.loads(reports_json)]).rate
     return json.dumps(None if rate is None else rate / 1e9)
 
 def ce_message(kind, obj_json):

@@ -6,7 +6,8 @@ window in which all of them ran, divided by its length (capsule/scaling.py), wit
 found by measurement. The reference-model figure is batch-1 decode of one instance running alone
 (llama-bench tg). Disk comes from the solo run. A figure is null, with the reason, when any instance
 failed its check or the instances never overlapped. Every checked figure names the seed and the checksum
-that reproduce it (`ce-bench verify --recompute`).
+that reproduce it (`ce-bench verify --recompute`). Reports arrive typed (capsule/probe_report.py): a field
+the capsule did not print is a parse error before this runs, never a silent None here.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from capsule.probe_report import ProbeReport, SampleStats, SgemmReport, StreamReport
 from capsule.scaling import WindowRate, window_rate, work_spans
-
-Report = Mapping[str, Any]
 
 
 @dataclass
@@ -30,32 +30,27 @@ class Figures:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _probe(report: Report, name: str) -> Mapping[str, Any] | None:
-    probes = report.get("probes")
-    value = probes.get(name) if isinstance(probes, dict) else None
-    return value if isinstance(value, Mapping) else None
+def _sgemm_figure(r: ProbeReport) -> float | None:
+    return r.probes.sgemm.gflops if r.probes.sgemm else None
 
 
-def _medians(reports: Sequence[Report], probe: str, key: str) -> list[float | None]:
-    values: list[float | None] = []
-    for r in reports:
-        p = _probe(r, probe)
-        v = p.get(key) if p else None
-        values.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
-    return values
+def _triad_figure(r: ProbeReport) -> float | None:
+    return r.probes.stream.triad_gbps if r.probes.stream else None
 
 
-def _whole(reports: Sequence[Report], probe: str, key: str) -> tuple[float | None, WindowRate | None, str]:
+def _whole(reports: Sequence[ProbeReport], probe: str) -> tuple[float | None, WindowRate | None, str]:
     """(figure in 1e9 units per second, the window, why null)."""
     if not reports:
         return None, None, f"{probe} did not run"
-    failed = [i for i, v in enumerate(_medians(reports, probe, key)) if v is None]
+    figure = _sgemm_figure if probe == "sgemm" else _triad_figure
+    medians = [figure(r) for r in reports]
+    failed = [i for i, v in enumerate(medians) if v is None]
     if failed:
+        key = "gflops" if probe == "sgemm" else "triad_gbps"
         return None, None, f"{probe}.{key} missing or failed its check in instance(s) {failed}"
     spans = [work_spans(r, probe) for r in reports]
     if len(reports) == 1 and not spans[0]:  # one instance (a CE job): its own median is the whole figure
-        median = _medians(reports, probe, key)[0]
-        return median, None, ""
+        return medians[0], None, ""
     window = window_rate(spans)
     if window.rate is None:
         return None, window, f"{probe}: {window.reason}"
@@ -68,42 +63,38 @@ def _window_evidence(window: WindowRate | None) -> dict[str, Any]:
     return {"window_ms": round(window.window_ms, 3), "overlap_frac": round(window.overlap_frac, 4)}
 
 
-def _spread(p: Mapping[str, Any] | None, stats_key: str) -> dict[str, Any]:
-    stats = (p or {}).get(stats_key) or {}
-    return {k: stats.get(k) for k in ("n", "median", "min", "max", "spread_pct")}
+def _spread(stats: SampleStats | None) -> dict[str, Any]:
+    keys = ("n", "median", "min", "max", "spread_pct")
+    return {k: getattr(stats, k) if stats else None for k in keys}
 
 
-def aggregate(concurrent: Sequence[Report], solo: Report,
-              scaling: Sequence[Mapping[str, Any]] | None = None) -> Figures:
-    """concurrent: one report per instance of the whole-device run (sgemm, stream with work spans);
-    solo: one instance alone (sgemm, llm, disk); scaling: the instance search's curve
-    ([{"instances": k, "gflops_fp32": aggregate}, ...]), kept as evidence."""
-    f = Figures()
+def _cpu_evidence(concurrent: Sequence[ProbeReport], solo: ProbeReport, f: Figures, g_window: WindowRate | None,
+                  why_g: str, t_window: WindowRate | None, why_t: str,
+                  scaling: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
     n = len(concurrent)
-    f.gflops_fp32, g_window, why_g = _whole(concurrent, "sgemm", "gflops")
-    f.mem_bw_gbps, t_window, why_t = _whole(concurrent, "stream", "triad_gbps")
-    solo_sgemm, solo_llm, disk = _probe(solo, "sgemm"), _probe(solo, "llm"), _probe(solo, "disk")
-    first_sgemm = _probe(concurrent[0], "sgemm") if concurrent else None
-    single = (solo_sgemm or {}).get("gflops")
-    f.evidence["cpu"] = {
+    first: SgemmReport | None = concurrent[0].probes.sgemm if concurrent else None
+    first_stream: StreamReport | None = concurrent[0].probes.stream if concurrent else None
+    solo_sgemm = solo.probes.sgemm
+    single = solo_sgemm.gflops if solo_sgemm else None
+    triad = first_stream.kernel("triad") if first_stream else None
+    return {
         "gflops_fp32": {
             "method": f"work over the common window: FLOPs of the SGEMM products all {n} concurrent capsule "
                       "instances did while every one was running / the window's length; per product: "
-                      + str((first_sgemm or {}).get("method", "")),
+                      + (first.method if first else ""),
             "unit": "GFLOP/s (1e9 fp32 flop/s), all instances together",
             **_window_evidence(g_window),
-            "per_instance_median": _medians(concurrent, "sgemm", "gflops"),
+            "per_instance_median": [_sgemm_figure(r) for r in concurrent],
             "single_core": single,
-            "scaling_vs_single": (f.gflops_fp32 / (n * single))
-            if f.gflops_fp32 and isinstance(single, int | float) and single > 0 and n else None,
-            "n": (first_sgemm or {}).get("n"),
-            "seed": concurrent[0].get("seed") if concurrent else None,
-            "checksum": (first_sgemm or {}).get("checksum"),
-            "instances": [{"seed": r.get("seed"), "checksum": (_probe(r, "sgemm") or {}).get("checksum")}
+            "scaling_vs_single": (f.gflops_fp32 / (n * single)) if f.gflops_fp32 and single and n else None,
+            "n": first.n if first else None,
+            "seed": concurrent[0].seed if concurrent else None,
+            "checksum": first.checksum if first else None,
+            "instances": [{"seed": r.seed, "checksum": r.probes.sgemm.checksum if r.probes.sgemm else None}
                           for r in concurrent],
-            "solo": {"seed": solo.get("seed"), "n": (solo_sgemm or {}).get("n"),
-                     "checksum": (solo_sgemm or {}).get("checksum")},
-            "spread_instance0": _spread(first_sgemm, "stats"),
+            "solo": {"seed": solo.seed, "n": solo_sgemm.n if solo_sgemm else None,
+                     "checksum": solo_sgemm.checksum if solo_sgemm else None},
+            "spread_instance0": _spread(first.stats if first else None),
             **({"null_reason": why_g} if why_g else {}),
         },
         "mem_bw_gbps": {
@@ -111,10 +102,9 @@ def aggregate(concurrent: Sequence[Report], solo: Report,
                       "concurrent instances made while every one was running / the window's length",
             "unit": "GB/s (1e9 B/s), all instances together",
             **_window_evidence(t_window),
-            "per_instance_median": _medians(concurrent, "stream", "triad_gbps"),
-            "array_mib": (_probe(concurrent[0], "stream") or {}).get("array_mib") if concurrent else None,
-            "spread_instance0": _spread(((_probe(concurrent[0], "stream") or {}).get("kernels") or {}).get(
-                "triad") if concurrent else None, "chunk_stats"),
+            "per_instance_median": [_triad_figure(r) for r in concurrent],
+            "array_mib": first_stream.array_mib if first_stream else None,
+            "spread_instance0": _spread(triad.chunk_stats if triad else None),
             **({"null_reason": why_t} if why_t else {}),
         },
         "instances": n,
@@ -122,24 +112,34 @@ def aggregate(concurrent: Sequence[Report], solo: Report,
         "instances_method": "measured: instances added (1, 2, 4, ..., the reported count as one step) while the "
                             "aggregate SGEMM rose by more than the threshold; the platform's count is not trusted",
     }
-    tps = (solo_llm or {}).get("tokens_per_sec")
-    f.tokens_per_sec = float(tps) if isinstance(tps, int | float) else None
+
+
+def aggregate(concurrent: Sequence[ProbeReport], solo: ProbeReport,
+              scaling: Sequence[Mapping[str, Any]] | None = None) -> Figures:
+    """concurrent: one report per instance of the whole-device run (sgemm, stream with work spans);
+    solo: one instance alone (sgemm, llm, disk); scaling: the instance search's curve
+    ([{"instances": k, "gflops_fp32": aggregate}, ...]), kept as evidence."""
+    f = Figures()
+    f.gflops_fp32, g_window, why_g = _whole(concurrent, "sgemm")
+    f.mem_bw_gbps, t_window, why_t = _whole(concurrent, "stream")
+    f.evidence["cpu"] = _cpu_evidence(concurrent, solo, f, g_window, why_g, t_window, why_t, scaling)
+    llm, disk = solo.probes.llm, solo.probes.disk
+    f.tokens_per_sec = llm.tokens_per_sec if llm else None
     f.evidence["llm"] = {
-        "method": "batch-1 greedy decode of one capsule instance running alone: " + str((solo_llm or {}).get(
-            "method", "")),
-        "seed": solo.get("seed"),
-        "token_ids_sha256": (solo_llm or {}).get("token_ids_sha256"),
-        "last_logits_sha256": (solo_llm or {}).get("last_logits_sha256"),
-        "runs": (solo_llm or {}).get("runs"),
-        "run_stats": _spread(solo_llm, "run_stats"),
-        **({} if f.tokens_per_sec is not None else {"null_reason": (solo_llm or {}).get("reason", "llm did not run")}),
+        "method": "batch-1 greedy decode of one capsule instance running alone: " + (llm.method if llm else ""),
+        "seed": solo.seed,
+        "token_ids_sha256": llm.token_ids_sha256 if llm else None,
+        "last_logits_sha256": llm.last_logits_sha256 if llm else None,
+        "runs": llm.runs if llm else None,
+        "run_stats": _spread(llm.run_stats if llm else None),
+        **({} if f.tokens_per_sec is not None else
+           {"null_reason": (llm.reason if llm else None) or "llm did not run"}),
     }
-    if disk and disk.get("write_mbps") is not None:
-        f.write_mbps, f.read_mbps = float(disk["write_mbps"]), float(disk["read_mbps"])
-        f.evidence["storage"] = {"method": disk.get("method"), "read_cache": disk.get("read_cache"),
-                                 "file_mib": disk.get("file_mib"), "write": _spread(disk, "write_stats"),
-                                 "read": _spread(disk, "read_stats")}
+    if disk and disk.write_mbps is not None and disk.read_mbps is not None:
+        f.write_mbps, f.read_mbps = disk.write_mbps, disk.read_mbps
+        f.evidence["storage"] = {"method": disk.method, "read_cache": disk.read_cache, "file_mib": disk.file_mib,
+                                 "write": _spread(disk.write_stats), "read": _spread(disk.read_stats)}
     else:
-        why = (disk or {}).get("skipped") or (disk or {}).get("reason") or "the disk probe did not run"
+        why = ((disk.skipped or disk.reason) if disk else None) or "the disk probe did not run"
         f.evidence["storage"] = {"null_reason": why}
     return f

@@ -22,9 +22,10 @@ Pure stdlib and free of I/O: the browser runs this file under Pyodide.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from capsule.probe_report import ProbeReport
 
 Span = tuple[float, float, float]  # start, end (unix ms), work done in between (flop or byte)
 
@@ -61,21 +62,16 @@ class WindowRate:
         return self.window_ms / self.span_ms if self.span_ms > 0 else 0.0
 
 
-def work_spans(report: Mapping[str, Any], probe: str) -> list[Span]:
-    """The spans of `probe` in a ProbeReport, on the unix-ms timeline; [] when the probe has none."""
-    clock = report.get("clock")
-    anchor = clock.get("anchor_unix_ms") if isinstance(clock, Mapping) else None
-    probes = report.get("probes")
-    entry = probes.get(probe) if isinstance(probes, Mapping) else None
-    work = entry.get("work") if isinstance(entry, Mapping) else None
-    raw = work.get("spans_ms") if isinstance(work, Mapping) else None
-    if not isinstance(anchor, int | float) or not isinstance(raw, list):
+def work_spans(report: ProbeReport, probe: str) -> list[Span]:
+    """The spans of `probe` ("sgemm" or "stream") in a ProbeReport, on the unix-ms timeline; [] when none."""
+    entry = report.probes.sgemm if probe == "sgemm" else report.probes.stream if probe == "stream" else None
+    if entry is None:
         return []
+    anchor = report.clock.anchor_unix_ms
     spans: list[Span] = []
-    for item in raw:
-        if (isinstance(item, list) and len(item) == 3 and all(isinstance(v, int | float) for v in item)
-                and all(math.isfinite(v) for v in item) and item[1] > item[0] and item[2] >= 0):
-            spans.append((float(anchor) + item[0], float(anchor) + item[1], float(item[2])))
+    for item in entry.work.spans_ms:
+        if len(item) == 3 and all(math.isfinite(v) for v in item) and item[1] > item[0] and item[2] >= 0:
+            spans.append((anchor + item[0], anchor + item[1], float(item[2])))
     return spans
 
 

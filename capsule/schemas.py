@@ -1,5 +1,6 @@
-"""Writes the JSON Schemas of the data model into capsule/schema/ (shipped in the repository and the
-wheel). A test regenerates them and fails when the shipped files have drifted from capsule/model.py.
+"""Writes the JSON Schemas of the data model and of the capsule's ProbeReport into capsule/schema/ (shipped
+in the repository and the wheel). A test regenerates them and fails when the shipped files have drifted
+from capsule/model.py and capsule/probe_report.py.
 
     python -m capsule.schemas
 """
@@ -10,14 +11,17 @@ import json
 from pathlib import Path
 
 from capsule.model import RECORDS
+from capsule.probe_report import ProbeReport
 from capsule.typed import json_schema
+
+DOCUMENTS: dict[str, type] = {**RECORDS, "ProbeReport": ProbeReport}  # signed records and the capsule's output
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 
 
 def rendered() -> dict[str, str]:
     return {f"{kind}.schema.json": json.dumps(json_schema(cls, title=f"ce-bench {kind} v1"), indent=2) + "\n"
-            for kind, cls in RECORDS.items()}
+            for kind, cls in DOCUMENTS.items()}
 
 
 def main() -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from capsule.plan import instance_seed
+from capsule.probe_report import ProbeReport, Probes, Work
 from capsule.scaling import DEFAULT_SCALING, ScalingConfig, chosen_instances, next_instances, window_rate, work_spans
-from host_runner.wasm import CapsuleError, CommandResult, default_engine, load_module, run_command
+from host_runner.wasm import CapsuleError, CommandResult, default_engine, load_module, parse_capsule_report, run_command
 
 # One scaling step: SGEMM only, at least 3 products per instance after the warm-up.
 STEP_BUDGET_MS = 600
@@ -26,7 +27,7 @@ STEP_BUDGET_MS = 600
 
 @dataclass(frozen=True)
 class ConcurrentRun:
-    reports: list[dict[str, Any]]
+    reports: list[ProbeReport]
     wall_s: float
 
 
@@ -67,22 +68,25 @@ def run_concurrent(wasm: Path, args_for: Callable[[int], Sequence[str]], instanc
             raise CapsuleError(f"capsule instance {i} failed: {r}")
         if r is None:
             raise CapsuleError(f"capsule instance {i} returned nothing")
-        reports.append(r.report())
+        reports.append(parse_capsule_report(r.report(), f"capsule instance {i}"))
     # how long the instances overlapped is judged from their work spans (capsule/scaling.py), not here
     return ConcurrentRun(reports, max(e for _, e in spans) - min(s for s, _ in spans))
 
 
-def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+def _shifted(work: Work, shift_ms: float) -> Work:
+    return replace(work, spans_ms=[[s + shift_ms, e + shift_ms, w] for s, e, w in work.spans_ms])
+
+
+def _merged(first: ProbeReport, second: ProbeReport) -> ProbeReport:
     """One instance's reports of two runs as one: the second's probes join the first's, their work spans
     moved onto the first report's clock (each WASI context has its own monotonic zero)."""
-    shift = float(second["clock"]["anchor_unix_ms"]) - float(first["clock"]["anchor_unix_ms"])
-    merged = {**first, "probes": dict(first["probes"]), "probe_order": [*first["probe_order"], *second["probe_order"]]}
-    for name, probe in second["probes"].items():
-        work = probe.get("work")
-        if isinstance(work, dict):
-            probe = {**probe, "work": {**work, "spans_ms": [[s + shift, e + shift, w] for s, e, w in work["spans_ms"]]}}
-        merged["probes"][name] = probe
-    return merged
+    shift = second.clock.anchor_unix_ms - first.clock.anchor_unix_ms
+    mine, extra = first.probes, second.probes
+    probes = Probes(
+        sgemm=replace(extra.sgemm, work=_shifted(extra.sgemm.work, shift)) if extra.sgemm else mine.sgemm,
+        stream=replace(extra.stream, work=_shifted(extra.stream.work, shift)) if extra.stream else mine.stream,
+        llm=extra.llm or mine.llm, disk=extra.disk or mine.disk)
+    return replace(first, probes=probes, probe_order=[*first.probe_order, *second.probe_order])
 
 
 def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,

@@ -27,6 +27,7 @@ from capsule.aggregate import aggregate
 from capsule.canonical import canonical_bytes
 from capsule.model import BeaconRef
 from capsule.plan import ALL_PROBES, plan_from_beacon
+from capsule.probe_report import ProbeReport
 from capsule.profile import build_profile
 from capsule.signing import sign
 from capsule.typed import ValidationError, parse, spec
@@ -116,7 +117,7 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
     started_at, t0 = int(time.time()), time.perf_counter()
     deadline = time.monotonic() + limits.wall_ms / 1000
     error: str | None = None
-    report: dict[str, Any] | None = None
+    report: ProbeReport | None = None
     try:
         scratch = Path.cwd()
         result = run_command(capsule_path, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
@@ -124,7 +125,7 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
                              scratch=scratch if "disk" in manifest.probes else None, engine=engine,
                              limits=Limits(memory_bytes=limits.memory_mib << 20, fuel=limits.fuel,
                                            deadline=deadline))
-        report = result.report()
+        report = result.probe_report()
     except wasmtime.Trap as trap:
         elapsed_ms = (time.perf_counter() - t0) * 1000
         if trap.trap_code == wasmtime.TrapCode.INTERRUPT:

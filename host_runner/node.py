@@ -73,7 +73,8 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     t = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ce-bench-scratch-", dir=scratch_parent) as scratch:
         solo = run_command(opts.capsule, ["--probes", "sgemm,llm,disk", "--seed", plan.seed_hex,
-                                          "--budget-ms", budget, "--soft-budget"], scratch=Path(scratch)).report()
+                                          "--budget-ms", budget, "--soft-budget"],
+                           scratch=Path(scratch)).probe_report("the solo capsule run")
     timings["solo_s"] = time.perf_counter() - t
     gpus: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -108,9 +109,9 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
             "storage_totals": "psutil.disk_usage of the scratch directory's filesystem (GB = 1e9 B)",
             "timing": {
                 "concurrent_phase_s": round(timings["concurrent_s"], 3),
-                "concurrent_capsule_wall_s": round(max(r.get("wall_ms", 0) for r in conc.reports) / 1000, 3),
+                "concurrent_capsule_wall_s": round(max(r.wall_ms or 0.0 for r in conc.reports) / 1000, 3),
                 "solo_phase_s": round(timings["solo_s"], 3),
-                "solo_capsule_wall_s": round(solo.get("wall_ms", 0) / 1000, 3),
+                "solo_capsule_wall_s": round((solo.wall_ms or 0.0) / 1000, 3),
                 "gpu_s": round(timings.get("gpu_s", 0.0), 3),
             },
         },

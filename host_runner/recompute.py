@@ -84,11 +84,11 @@ def recompute(claims: Sequence[Claim], capsule: Path) -> list[Outcome]:
         if n is not None:
             args += ["--sgemm-n", str(n)]
         try:
-            report = run_command(capsule, args).report()
+            report = run_command(capsule, args).probe_report("the recomputing capsule")
         except CapsuleError as exc:
             outcomes += [Outcome(c, None, str(exc)) for c in group]
             continue
         for c in group:
-            probe = report.get("probes", {}).get(c.probe, {})
-            outcomes.append(Outcome(c, _text(probe.get(c.key)) if isinstance(probe, dict) else None))
+            probe = report.probes.sgemm if c.probe == "sgemm" else report.probes.llm
+            outcomes.append(Outcome(c, _text(getattr(probe, c.key, None)) if probe is not None else None))
     return outcomes

@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 import wasmtime
 
+from capsule.probe_report import ProbeReport, parse_report
+from capsule.typed import ValidationError
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -37,6 +40,17 @@ class CommandResult:
         if not isinstance(report, dict):
             raise CapsuleError(f"capsule printed a JSON {type(report).__name__}, expected an object")
         return report
+
+    def probe_report(self, who: str = "the capsule") -> ProbeReport:
+        """The ProbeReport, typed (capsule/probe_report.py)."""
+        return parse_capsule_report(self.report(), who)
+
+
+def parse_capsule_report(data: Any, who: str = "the capsule") -> ProbeReport:
+    try:
+        return parse_report(data)
+    except ValidationError as exc:  # a capsule built from other sources than this host's code expects
+        raise CapsuleError(f"{who} printed a ProbeReport this host cannot read: {exc}") from None
 
 
 class CapsuleError(Exception):

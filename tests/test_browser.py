@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserType, Page
 
 from capsule.canonical import signing_message
+from capsule.probe_report import parse_report
 from capsule.signing import verify_record
 from tests.conftest import ROOT, Artifacts
 from tests.relay_process import RelayProcess
@@ -90,7 +91,10 @@ def test_browser_work_recomputes_on_the_server(page: Page, relay: RelayProcess, 
     --recompute` reproduces every SGEMM checksum and the token hash with capsule.wasm under wasmtime."""
     profile = join(page, relay)
     reports = page.evaluate("() => window.ceReports")
-    assert all(r["build"] == "reactor" and r["schema"] == "ce-bench/probe-report/v1" for r in reports["concurrent"])
+    typed = [parse_report(r) for r in reports["concurrent"]]  # the browser's reactor output fits the same records
+    assert all(r.build == "reactor" and r.schema == "ce-bench/probe-report/v1" for r in typed)
+    solo = parse_report(reports["solo"])
+    assert solo.probes.llm is not None and solo.probes.llm.tokens_per_sec is not None
     seeds = [r["seed"] for r in reports["concurrent"]]
     assert len(set(seeds)) == len(seeds)  # every instance computed different products
     path = tmp_path / "browser-profile.json"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from capsule.aggregate import aggregate
 from capsule.plan import ALL_PROBES, plan_from_beacon
+from tests.reports import probe_report as report
 
 NODE_A = "12D3KooWBtg3aaRMjxwedh83aGiUkwSxDwUZkzuJcfaqUmo7R3pq"
 NODE_B = "12D3KooW9pNAk8aiBuGVQtWRdbkLmo5qVL3e2h5UxbN2Nz9ttwiw"
@@ -26,20 +25,8 @@ def test_plan_orders_and_jitters_vary() -> None:
     assert len({p.start_jitter_ms for p in plans}) > 150
 
 
-def report(gflops: float | None, triad: float | None, tps: float | None, spans: list[list[float]] | None = None,
-           seed: str = "aa", anchor: float = 1_000_000.0) -> dict[str, Any]:
-    """A ProbeReport whose SGEMM and triad work spans are `spans` ([start_ms, end_ms, work])."""
-    spans = spans if spans is not None else [[0.0, 100.0, 1e9]]
-    return {"seed": seed, "clock": {"anchor_unix_ms": anchor},
-            "probes": {"sgemm": {"gflops": gflops, "n": 1024, "checksum": "c" + seed,
-                                 "stats": {"n": 5, "median": gflops}, "work": {"unit": "flop", "spans_ms": spans}},
-                       "stream": {"triad_gbps": triad, "work": {"unit": "byte", "spans_ms": spans}},
-                       "llm": {"tokens_per_sec": tps, "runs": [tps], "token_ids_sha256": "t" + seed}}}
-
-
 def test_whole_cpu_is_work_over_the_common_window() -> None:
-    solo = report(40.0, 15.0, 200.0, seed="50")
-    solo["probes"]["disk"] = {"write_mbps": 900.0, "read_mbps": 2000.0, "read_cache": "may be page cache"}
+    solo = report(40.0, 15.0, 200.0, seed="50", disk=(900.0, 2000.0))
     # instance 0 runs 0-400 ms, instance 1 starts 100 ms later (its own clock anchor) and runs to 500 ms:
     # the common window is 100-400 ms; each 100 ms product is 4e9 flop (40 GFLOP/s) -> 80 GFLOP/s
     a = report(38.0, 8.0, 150.0, [[t, t + 100.0, 4e9] for t in (0.0, 100.0, 200.0, 300.0)], seed="01")
@@ -49,11 +36,12 @@ def test_whole_cpu_is_work_over_the_common_window() -> None:
     assert f.gflops_fp32 == 80.0 and f.mem_bw_gbps == 80.0
     cpu = f.evidence["cpu"]
     assert cpu["gflops_fp32"]["window_ms"] == 300.0 and cpu["gflops_fp32"]["overlap_frac"] == 0.6
-    assert cpu["gflops_fp32"]["instances"] == [{"seed": "01", "checksum": "c01"}, {"seed": "02", "checksum": "c02"}]
-    assert cpu["gflops_fp32"]["solo"] == {"seed": "50", "n": 1024, "checksum": "c50"}
+    assert cpu["gflops_fp32"]["instances"] == [{"seed": "01", "checksum": "01" * 32},
+                                               {"seed": "02", "checksum": "02" * 32}]
+    assert cpu["gflops_fp32"]["solo"] == {"seed": "50", "n": 1024, "checksum": "50" * 32}
     assert cpu["scaling"][1] == {"instances": 2, "gflops_fp32": 80.0}
     assert f.tokens_per_sec == 200.0  # batch-1 decode alone
-    assert f.evidence["llm"]["seed"] == "50" and f.evidence["llm"]["token_ids_sha256"] == "t50"
+    assert f.evidence["llm"]["seed"] == "50" and f.evidence["llm"]["token_ids_sha256"] == ("750" + "50" * 31)[:64]
     assert (f.write_mbps, f.read_mbps) == (900.0, 2000.0)
 
 
@@ -71,7 +59,7 @@ def test_a_failed_instance_makes_the_figure_null_with_reason() -> None:
     assert f.gflops_fp32 is None
     assert "instance(s) [1]" in f.evidence["cpu"]["gflops_fp32"]["null_reason"]
     assert f.mem_bw_gbps is not None
-    assert f.write_mbps is None and "did not run" in f.evidence["storage"]["null_reason"]
+    assert f.write_mbps is None and f.evidence["storage"]["null_reason"] == "no scratch directory"
 
 
 def test_instances_that_never_overlapped_give_null() -> None:

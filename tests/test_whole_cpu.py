@@ -25,7 +25,7 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
         assert f.gflops_fp32 is not None and f.mem_bw_gbps is not None, f.evidence["cpu"]
         figures[claim].append((f.gflops_fp32, f.mem_bw_gbps))
         chosen[claim].append(whole.instances)
-        assert [r["seed"] for r in whole.run.reports] == [instance_seed(SEED, i) for i in range(whole.instances)]
+        assert [r.seed for r in whole.run.reports] == [instance_seed(SEED, i) for i in range(whole.instances)]
     # a noisy step can make the search overshoot (8 instances on 2 cores); the figure stays true anyway,
     # because time-sliced instances add up over the common window to what the cores did
     # Runs are paired (honest, claimed back to back) and the median of the pair ratios is compared. The
