@@ -1,8 +1,8 @@
 """Canonical bytes and the signed message, shared by servers (CPython) and browsers (Pyodide).
 
 canonical bytes = RFC 8785 (JSON Canonicalization Scheme) of the object without its signature fields;
-signed message = b"ce-bench/v1/" + KIND + b"\\n" + canonical bytes, KIND in KINDS (domain separation:
-a signature over a Beacon can never pass as one over a NodeProfile).
+signed message = b"ce-bench/v1/" + KIND + b"\\n" + canonical bytes, KIND a key of capsule.model.REGISTRY
+(domain separation: a signature over a Beacon can never pass as one over a NodeProfile).
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ from typing import Any
 
 import rfc8785
 
-KINDS = ("NodeProfile", "LinkSample", "Beacon", "Heartbeat", "JobReceipt")
-SIGNATURE_FIELDS: dict[str, tuple[str, ...]] = {
-    "NodeProfile": ("sig",), "LinkSample": ("sig_a", "sig_b"), "Beacon": ("sig",), "Heartbeat": ("sig",),
-    "JobReceipt": ("sig",),
-}
-
+from capsule.model import REGISTRY
 
 _SAFE_INT = 2**53 - 1  # RFC 8785 (I-JSON): integers must be exact IEEE doubles
 
@@ -175,9 +170,10 @@ def _canonical(body: dict[str, Any]) -> bytes:
 
 
 def signing_message(kind: str, obj: Mapping[str, Any]) -> bytes:
-    if kind not in SIGNATURE_FIELDS:
-        raise ValueError(f"unknown signed kind {kind!r}; expected one of {', '.join(KINDS)}")
-    return b"ce-bench/v1/" + kind.encode() + b"\n" + canonical_bytes(obj, SIGNATURE_FIELDS[kind])
+    record_kind = REGISTRY.get(kind)
+    if record_kind is None:
+        raise ValueError(f"unknown signed kind {kind!r}; expected one of {', '.join(REGISTRY)}")
+    return b"ce-bench/v1/" + kind.encode() + b"\n" + canonical_bytes(obj, record_kind.signature_fields)
 
 
 def b64url(data: bytes) -> str:

@@ -170,5 +170,24 @@ class Heartbeat:
     sig: str = spec(pattern=B64URL_SIG)
 
 
-RECORDS: dict[str, type] = {"NodeProfile": NodeProfile, "LinkSample": LinkSample, "Beacon": Beacon,
-                            "JobReceipt": JobReceipt, "Heartbeat": Heartbeat}
+@dataclass(frozen=True)
+class RecordKind:
+    """Everything the code needs to know about one signed record kind, in one place: its class (schema),
+    and who signs it — each (signature field, field holding the signer's NodeId). The signed message leaves
+    every signature field out (capsule/canonical.py) and starts with the kind's name (domain separation)."""
+
+    cls: type
+    signatures: tuple[tuple[str, str], ...]
+
+    @property
+    def signature_fields(self) -> tuple[str, ...]:
+        return tuple(sig for sig, _ in self.signatures)
+
+
+REGISTRY: dict[str, RecordKind] = {
+    "NodeProfile": RecordKind(NodeProfile, (("sig", "node_id"),)),
+    "LinkSample": RecordKind(LinkSample, (("sig_a", "a"), ("sig_b", "b"))),  # both endpoints sign
+    "Beacon": RecordKind(Beacon, (("sig", "relay"),)),
+    "Heartbeat": RecordKind(Heartbeat, (("sig", "node_id"),)),
+    "JobReceipt": RecordKind(JobReceipt, (("sig", "node_id"),)),
+}

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from capsule.model import RECORDS
+from capsule.model import REGISTRY
 from capsule.probe_report import ProbeReport
 from capsule.typed import json_schema
 
-DOCUMENTS: dict[str, type] = {**RECORDS, "ProbeReport": ProbeReport}  # signed records and the capsule's output
+# the signed records, and the capsule's output
+DOCUMENTS: dict[str, type] = {**{k: v.cls for k, v in REGISTRY.items()}, "ProbeReport": ProbeReport}
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from capsule.canonical import CanonicalError, b64url, b64url_decode, signing_message
-from capsule.model import RECORDS
+from capsule.model import REGISTRY
 from capsule.peerid import peer_id_from_public_key, public_key_from_peer_id
 from capsule.typed import ValidationError, parse
 
@@ -82,16 +82,19 @@ def check_signature(kind: str, obj: Mapping[str, Any], field: str, signer_id: st
 
 
 def verify_record(kind: str, obj: Any, verify: Verify | None = None) -> Any:
-    """Parses obj as a `kind` record (schema errors name the field) and checks its signature(s): a
-    NodeProfile/JobReceipt by its node_id, a Beacon by its relay, a LinkSample by both a and b.
-    Returns the typed record."""
-    record: Any = parse(RECORDS[kind], obj)
+    """Parses obj as a `kind` record (schema errors name the field) and checks every signature the registry
+    names for it (capsule.model.REGISTRY: a NodeProfile by its node_id, a Beacon by its relay, a LinkSample
+    by both a and b, who must differ). Returns the typed record."""
+    record_kind = REGISTRY.get(kind)
+    if record_kind is None:
+        raise ValueError(f"unknown signed kind {kind!r}; expected one of {', '.join(REGISTRY)}")
+    record: Any = parse(record_kind.cls, obj)
+    signers = [signer for _, signer in record_kind.signatures]
+    for i, field in enumerate(signers[1:], 1):
+        if obj[field] in (obj[other] for other in signers[:i]):
+            raise ValidationError(f"$.{field}", f"a {kind} needs {len(signers)} different signers; "
+                                                f"{field} repeats {', '.join(signers[:i])}")
     check = verify or default_verify()
-    if kind == "LinkSample":
-        if obj["a"] == obj["b"]:
-            raise ValidationError("$.b", "a link needs two different endpoints, got a == b")
-        check_signature(kind, obj, "sig_a", obj["a"], check)
-        check_signature(kind, obj, "sig_b", obj["b"], check)
-    else:
-        check_signature(kind, obj, "sig", obj["relay"] if kind == "Beacon" else obj["node_id"], check)
+    for sig_field, signer_field in record_kind.signatures:
+        check_signature(kind, obj, sig_field, obj[signer_field], check)
     return record

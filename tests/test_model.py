@@ -122,7 +122,7 @@ def test_link_sample_needs_both_signatures() -> None:
     with pytest.raises(SignatureError, match=r"\$.sig_b"):
         verify_record("LinkSample", one_sided)
     self_link = sign("LinkSample", sign("LinkSample", {**body, "b": a.node_id}, a, "sig_a"), a, "sig_b")
-    with pytest.raises(ValidationError, match="two different endpoints"):
+    with pytest.raises(ValidationError, match=r"^\$\.b: a LinkSample needs 2 different signers; b repeats a"):
         verify_record("LinkSample", self_link)
     with pytest.raises(ValidationError, match=r"\$.loss: expected a number in \[0, 1\]"):
         verify_record("LinkSample", {**both, "loss": 1.5})
