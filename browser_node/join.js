@@ -125,7 +125,7 @@ async function measure(py, key, nodeId) {
     solo.probes.disk = overBudget() ? { write_mbps: null, read_mbps: null, skipped }
       : await phase("disk", () => call(new Worker("/disk-worker.js"), { mib: 16 }));
     const gpu = overBudget() ? { gpus: [], notes: [`GPU ${skipped}`] }
-      : await phase("gpu", () => probeGpu(1500).catch((err) => ({ gpus: [], notes: [`WebGPU probe failed: ${err.message}`] })));
+      : await phase("gpu", () => probeGpu(py, plan.seed, 1500).catch((err) => ({ gpus: [], notes: [`WebGPU probe failed: ${err.message}`] })));
     const estimate = navigator.storage && navigator.storage.estimate ? await navigator.storage.estimate() : null;
     const uaData = navigator.userAgentData;
     const high = uaData && uaData.getHighEntropyValues ? await uaData.getHighEntropyValues(["architecture", "platformVersion", "fullVersionList"]).catch(() => ({})) : {};

@@ -49,6 +49,24 @@ def ce_window_rate(reports_json, probe):
 def ce_message(kind, obj_json):
     return signing_message(kind, json.loads(obj_json)).hex()
 
+def ce_gpu(call, args_json):
+    """The GPU sizing and checking policy (capsule/gpu_policy.py), as servers run it."""
+    from capsule import gpu_policy as policy
+    a = json.loads(args_json)
+    if call == "constants":
+        out = {k: getattr(policy, k) for k in ("N_START", "MIN_SAMPLES", "MAX_SAMPLES", "WORKGROUP",
+                                               "COPY_DISPATCHES", "COPY_SAMPLES")}
+    elif call == "next_n":
+        out = policy.next_n(a["n"], a["step_ms"], a["elem_bytes"], a["limit_bytes"])
+    elif call == "repeats":
+        out = policy.repeats_for(a["step_ms"])
+    elif call == "check_plan":
+        plan = policy.check_plan(a["seed"], a["n"], a["precision"])
+        out = {"entries": plan.entries, "tolerance": plan.tolerance, "describe": plan.describe()}
+    else:
+        out = policy.copy_bytes(a["limit_bytes"])
+    return json.dumps(out)
+
 def ce_check(profile_json):
     parse(NodeProfile, json.loads(profile_json))
     return "ok"
@@ -77,5 +95,6 @@ export async function loadCapsulePython() {
     windowRate: (reports, probe) => JSON.parse(fn("ce_window_rate")(JSON.stringify(reports), probe)),
     publicKeyHex: (nodeId) => fn("ce_public_key")(nodeId),
     check: (profile) => fn("ce_check")(JSON.stringify(profile)),
+    gpu: (call, args = {}) => JSON.parse(fn("ce_gpu")(call, JSON.stringify(args))),
   };
 }

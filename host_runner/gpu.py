@@ -1,10 +1,10 @@
 """GPU probes on every adapter wgpu finds, with the WGSL shaders the browser uses (capsule/shaders/).
 
-Method: matmul (fp32, and fp16 when the adapter has shader-f16) at the largest n in 256..4096 whose
-dispatch stays under ~60 ms and whose matrices fit the adapter's storage-binding limit; TFLOPS = 2 n^3
-per dispatch / time, median of samples, each sample several dispatches in one submission, timed to the
-completion of a small read-back (wgpu's work-done callback is unreliable in 0.32). Before any figure is
-reported the product is checked against numpy. VRAM comes from NVML when present (nvidia-ml-py);
+Method: capsule/gpu_policy.py, shared with the browser (sizes from the adapter's limits, the checked
+entries from the run's seed, repeats and samples, copy bandwidth). TFLOPS = 2 n^3 per dispatch / time,
+median of samples, each sample several dispatches in one submission, timed to the completion of a small
+read-back (wgpu's work-done callback is unreliable in 0.32). Before any figure is reported the product's
+checked entries are compared with float64 dot products (numpy). VRAM comes from NVML when present (nvidia-ml-py);
 otherwise it is null with the reason: WebGPU exposes no memory size.
 """
 
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from capsule import gpu_policy as policy
 
 SHADERS = Path(__file__).resolve().parents[1] / "capsule" / "shaders"
 BACKENDS = {"vulkan": "vulkan", "metal": "metal", "d3d12": "dx12", "opengl": "gl", "gl": "gl"}
@@ -61,43 +63,47 @@ def _run(device: Any, pipeline: Any, group: Any, grid: tuple[int, int], repeats:
     return time.perf_counter() - t0
 
 
-def _matmul(device: Any, wgpu: Any, dtype: type[np.generic], limit_bytes: int, budget_s: float) -> dict[str, Any]:
-    shader = "matmul_f16.wgsl" if dtype is np.float16 else "matmul_f32.wgsl"
+def _matmul(device: Any, wgpu: Any, dtype: type[np.generic], limit_bytes: int, budget_s: float,
+            seed_hex: str) -> dict[str, Any]:
+    """fp32 or fp16 matmul sized, checked and sampled by capsule/gpu_policy.py (the browser's policy too)."""
+    precision = "f16" if dtype is np.float16 else "f32"
+    shader = f"matmul_{precision}.wgsl"
     module = device.create_shader_module(code=(SHADERS / shader).read_text())
     pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
     rng = np.random.default_rng()
-    n, chosen = 256, None
-    while True:
-        # positive inputs: a wrong or empty product cannot hide inside cancellation
+    n: int | None = policy.N_START
+    chosen = None
+    while n is not None:
         a = rng.uniform(0, 1, (n, n)).astype(dtype)
         b = rng.uniform(0, 1, (n, n)).astype(dtype)
         bufs = [_storage(device, a, wgpu), _storage(device, b, wgpu), _storage(device, np.zeros((n, n), dtype), wgpu),
                 device.create_buffer_with_data(data=np.array([n, 0, 0, 0], np.uint32),
                                                usage=wgpu.BufferUsage.UNIFORM)]
         group = _bind(device, pipeline, bufs)
-        dt = _run(device, pipeline, group, (n // 64, n // 64), 1, bufs[2])
-        chosen = (n, a, b, bufs, group, dt)
-        if dt > 0.06 or n * 2 > 4096 or (2 * n) ** 2 * np.dtype(dtype).itemsize > limit_bytes:
-            break
-        n *= 2
-    n, a, b, bufs, group, dt = chosen
-    c = np.frombuffer(device.queue.read_buffer(bufs[2]), dtype=dtype).reshape(n, n).astype(np.float64)
-    exact = a.astype(np.float64) @ b.astype(np.float64)
-    rel_err = float(np.max(np.abs(c - exact) / exact))
-    tolerance = 0.05 if dtype is np.float16 else 1e-4
-    result: dict[str, Any] = {"n": n, "check": f"every entry vs numpy float64, max relative error < {tolerance}",
-                              "max_rel_error": rel_err, "verified": rel_err < tolerance}
+        grid = (n // policy.WORKGROUP, n // policy.WORKGROUP)
+        dt = _run(device, pipeline, group, grid, 1, bufs[2])
+        chosen = (n, a, b, bufs, group, grid, dt)
+        n = policy.next_n(n, dt * 1000, np.dtype(dtype).itemsize, limit_bytes)
+    assert chosen is not None  # the loop runs at least once
+    n, a, b, bufs, group, grid, dt = chosen
+    c = np.frombuffer(device.queue.read_buffer(bufs[2]), dtype=dtype).reshape(n, n)
+    plan = policy.check_plan(seed_hex, n, precision)
+    rows, cols = (np.array(x) for x in zip(*plan.entries, strict=True))
+    exact = np.einsum("ek,ke->e", a[rows].astype(np.float64), b[:, cols].astype(np.float64))
+    rel_err = float(np.max(np.abs(c[rows, cols].astype(np.float64) - exact) / exact))
+    result: dict[str, Any] = {"n": n, "check": plan.describe(), "max_rel_error": rel_err,
+                              "verified": rel_err < plan.tolerance}
     if not result["verified"]:
         result["tflops"] = None
-        result["null_reason"] = f"the {shader} product failed its numpy check (error {rel_err:.3g})"
+        result["null_reason"] = f"the {shader} product failed its float64 check (error {rel_err:.3g})"
         return result
-    repeats = max(1, min(20, int(0.05 / max(dt, 1e-4))))
+    repeats = policy.repeats_for(dt * 1000)
     for _ in range(2):  # warm-up: software and real drivers alike ramp up over the first dispatches
-        _run(device, pipeline, group, (n // 64, n // 64), repeats, bufs[2])
+        _run(device, pipeline, group, grid, repeats, bufs[2])
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
-    while len(samples) < 3 or (time.perf_counter() < deadline and len(samples) < 15):
-        seconds = _run(device, pipeline, group, (n // 64, n // 64), repeats, bufs[2])
+    while len(samples) < policy.MIN_SAMPLES or (time.perf_counter() < deadline and len(samples) < policy.MAX_SAMPLES):
+        seconds = _run(device, pipeline, group, grid, repeats, bufs[2])
         samples.append(2.0 * n**3 * repeats / seconds / 1e12)
     result.update(tflops=statistics.median(samples), samples=samples, dispatches_per_sample=repeats,
                   spread_pct=100 * (max(samples) - min(samples)) / statistics.median(samples))
@@ -107,7 +113,7 @@ def _matmul(device: Any, wgpu: Any, dtype: type[np.generic], limit_bytes: int, b
 def _bandwidth(device: Any, wgpu: Any, limit_bytes: int) -> dict[str, Any]:
     module = device.create_shader_module(code=(SHADERS / "copy_bandwidth.wgsl").read_text())
     pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-    size = min(64 * 2**20, limit_bytes)
+    size = policy.copy_bytes(limit_bytes)
     count = size // 16
     src = np.random.default_rng().uniform(-1, 1, count * 4).astype(np.float32)
     bufs = [_storage(device, src, wgpu), _storage(device, np.zeros_like(src), wgpu)]
@@ -116,9 +122,12 @@ def _bandwidth(device: Any, wgpu: Any, limit_bytes: int) -> dict[str, Any]:
     grid = (min(groups, 32768), (groups + 32767) // 32768)
     _run(device, pipeline, group, grid, 1, bufs[1])
     ok = np.array_equal(np.frombuffer(device.queue.read_buffer(bufs[1]), np.float32), src)
-    samples = [32.0 * count * 5 / _run(device, pipeline, group, grid, 5, bufs[1]) / 1e9 for _ in range(5)]
+    reps = policy.COPY_DISPATCHES
+    samples = [32.0 * count * reps / _run(device, pipeline, group, grid, reps, bufs[1]) / 1e9
+               for _ in range(policy.COPY_SAMPLES)]
     return {"gbps": statistics.median(samples) if ok else None, "samples": samples, "bytes": size, "verified": ok,
-            "method": "dst = src over vec4<f32>, 32 B per element (read + write), 5 dispatches per sample"}
+            "check": "the whole destination equals the source after one dispatch",
+            "method": f"dst = src over vec4<f32>, 32 B per element (read + write), {reps} dispatches per sample"}
 
 
 def _nvml_vram_mb(name: str) -> int | None:
@@ -139,7 +148,7 @@ def _nvml_vram_mb(name: str) -> int | None:
     return None
 
 
-def probe_all(budget_s: float = 1.0) -> tuple[list[GpuResult], list[str]]:
+def probe_all(seed_hex: str, budget_s: float = 1.0) -> tuple[list[GpuResult], list[str]]:
     """Measures every adapter; returns results and, for adapters or a missing wgpu, readable notes."""
     try:
         import wgpu
@@ -165,18 +174,20 @@ def probe_all(budget_s: float = 1.0) -> tuple[list[GpuResult], list[str]]:
             continue
         seen.add(name)
         try:
-            results.append(_probe_adapter(adapter, wgpu, name, backend, str(info.get("adapter_type", "")), budget_s))
+            results.append(_probe_adapter(adapter, wgpu, name, backend, str(info.get("adapter_type", "")), budget_s,
+                                          seed_hex))
         except Exception as exc:  # one failing adapter is reported, the others still run
             notes.append(f"{name} ({backend}): probe failed: {type(exc).__name__}: {exc}")
     return results, notes
 
 
-def _probe_adapter(adapter: Any, wgpu: Any, name: str, backend: str, kind: str, budget_s: float) -> GpuResult:
+def _probe_adapter(adapter: Any, wgpu: Any, name: str, backend: str, kind: str, budget_s: float,
+                   seed_hex: str) -> GpuResult:
     has_f16 = "shader-f16" in adapter.features
     device = adapter.request_device_sync(required_features=["shader-f16"] if has_f16 else [])
     limit = int(device.limits["max-storage-buffer-binding-size"])
-    f32 = _matmul(device, wgpu, np.float32, limit, budget_s / 2)
-    f16: dict[str, Any] = _matmul(device, wgpu, np.float16, limit, budget_s / 2) if has_f16 else {
+    f32 = _matmul(device, wgpu, np.float32, limit, budget_s / 2, seed_hex)
+    f16: dict[str, Any] = _matmul(device, wgpu, np.float16, limit, budget_s / 2, seed_hex) if has_f16 else {
         "tflops": None, "null_reason": "the adapter has no shader-f16 feature"}
     bw = _bandwidth(device, wgpu, limit)
     vram = _nvml_vram_mb(name)

@@ -82,7 +82,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     if opts.gpu:
         step("GPUs (WebGPU shaders through wgpu)", 3.0)
         t = time.perf_counter()
-        results, notes = probe_all()
+        results, notes = probe_all(plan.seed_hex)
         gpus = [g.profile_entry() for g in results]
         gpu_evidence = [g.evidence for g in results]
         timings["gpu_s"] = time.perf_counter() - t

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserType, Page
 
+from capsule import gpu_policy as policy
 from capsule.canonical import signing_message
 from capsule.probe_report import parse_report
 from capsule.signing import verify_record
@@ -65,6 +66,14 @@ def test_join_flow_with_webgpu(page: Page, relay: RelayProcess) -> None:
     gpu, gev = profile["gpus"][0], profile["evidence"]["gpus"][0]
     assert gpu["backend"] == "webgpu" and gpu["fp32_tflops"] > 0 and gev["fp32_matmul"]["verified"] is True
     assert gpu["vram_mb"] is None and gev["vram_null_reason"]
+    # the same sizing and checking policy as servers (capsule/gpu_policy.py), copy bandwidth included
+    f32 = gev["fp32_matmul"]
+    assert f32["check"] == policy.check_plan(profile["evidence"]["plan"]["seed"], f32["n"], "f32").describe()
+    assert f32["n"] % policy.WORKGROUP == 0 and policy.N_START <= f32["n"] <= policy.N_MAX
+    assert policy.MIN_SAMPLES <= len(f32["samples"]) <= policy.MAX_SAMPLES
+    copy = gev["copy_bandwidth"]
+    assert copy["verified"] is True and copy["gbps"] > 0
+    assert copy["bytes"] == policy.copy_bytes(gev["max_storage_buffer_binding_size"])
     assert profile["evidence"]["browser"]["cross_origin_isolated"] is True
     assert profile["evidence"]["browser"]["signer"] == "webcrypto-ed25519"
     _, stats, _ = relay.get("/stats")
