@@ -12,16 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capsule import CAPSULE_VERSION
+from capsule import CAPSULE_VERSION, plausibility
 from capsule.aggregate import aggregate
+from capsule.model import NodeProfile
 from capsule.plan import CPU_PROBES, plan_from_beacon
 from capsule.profile import build_profile
 from capsule.signing import sign
+from capsule.typed import parse
 from common.keys import NodeKey
 from host_runner import facts as facts_mod
 from host_runner.cpu import measure_whole_cpu
 from host_runner.gpu import probe_all
-from host_runner.wasm import run_command
+from host_runner.wasm import CapsuleError, run_command
 
 REF_MODEL = "ce-ref-15m-f32"
 Progress = Callable[[str, float], None]  # (phase name, expected seconds) when a phase starts
@@ -117,4 +119,9 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         },
     )
     timings["total_s"] = time.perf_counter() - t_start
-    return RunResult(sign("NodeProfile", profile, key), notes, timings)
+    signed = sign("NodeProfile", profile, key)
+    beyond = plausibility.check(parse(NodeProfile, signed))  # the relay's bounds, checked before publishing
+    if beyond is not None:
+        raise CapsuleError(f"refusing to publish a figure beyond physics: {beyond.message()} (a measurement "
+                           "bug, not a fast machine; please report it with the capsule's output)")
+    return RunResult(signed, notes, timings)

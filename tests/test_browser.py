@@ -236,8 +236,9 @@ def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Bro
     """A page told it has 8 cores (CDP override, like WebKit's 4 on 2 cores) does not report more than 10%
     above the unmodified run in whole-CPU GFLOP/s and memory bandwidth (a sum of per-worker medians would
     double them): the instance count and the figures are measured.
-    Runs alternate (plain, claimed, ...) three times each and the median ratio of back-to-back pairs is
-    compared, so one noisy run, or the drift of this VM's memory bandwidth, does not decide."""
+    Runs alternate (plain, claimed, ...) three times each; the median claimed figure is compared with the
+    best plain one (inflation) and the median plain one (deflation), so one noisy run does not decide
+    (identical runs on these VMs differ by up to 40%, see tests/test_whole_cpu.py)."""
     import os
     import statistics
 
@@ -247,8 +248,9 @@ def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Bro
     for p in runs[8]:
         assert p["evidence"]["browser"]["hardware_concurrency"] == 8
         assert p["cpu"]["cores"] <= 2 * (os.cpu_count() or 1), p["evidence"]["cpu"]["scaling"]
-    for field in ("gflops_fp32", "mem_bw_gbps"):  # median of the ratios of back-to-back pairs
-        ratio = statistics.median(c["cpu"][field] / p["cpu"][field] for p, c in zip(runs[None], runs[8], strict=True))
-        # no inflation beyond 10%; below, 25% (VM noise between identical runs, see tests/test_whole_cpu.py)
+    for field in ("gflops_fp32", "mem_bw_gbps"):
+        claimed = statistics.median(c["cpu"][field] for c in runs[8])
+        plain = [p["cpu"][field] for p in runs[None]]
         pairs = [(p["cpu"], c["cpu"]) for p, c in zip(runs[None], runs[8], strict=True)]
-        assert 0.75 <= ratio <= 1.10, (field, ratio, pairs)
+        assert claimed <= 1.10 * max(plain), (field, "inflated", pairs)
+        assert claimed >= 0.75 * statistics.median(plain), (field, "deflated", pairs)

@@ -28,11 +28,13 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
         assert [r.seed for r in whole.run.reports] == [instance_seed(SEED, i) for i in range(whole.instances)]
     # a noisy step can make the search overshoot (8 instances on 2 cores); the figure stays true anyway,
     # because time-sliced instances add up over the common window to what the cores did
-    # Runs are paired (honest, claimed back to back) and the median of the pair ratios is compared. The
-    # claim must not inflate the figures by more than 10% (a sum of per-instance medians doubles them).
-    # Below, the bound is 25%: on these VMs two identical runs (same instance count) differ by up to 25%
-    # in memory bandwidth (measured 2026-12-03, AMD EPYC, 27-43 GB/s), so a tighter lower bound would
-    # test the neighbours' load, not the code.
+    # The claim must not inflate the figures by more than 10% (a sum of per-instance medians doubles them):
+    # the typical (median) claimed figure may not exceed the best honest one by 10%. Pair ratios proved too
+    # noisy: on these VMs two identical runs (same instance count) differ by up to 40% (measured
+    # 2026-12-03, AMD EPYC: 36.8 vs 61.5 GFLOP/s, 27-43 GB/s), so one slow honest run decided a pair.
+    # Below, the typical claimed figure must reach 75% of the typical honest one.
     for i, name in enumerate(("gflops_fp32", "mem_bw_gbps")):
-        ratio = statistics.median(c[i] / h[i] for h, c in zip(figures[cores], figures[8], strict=True))
-        assert 0.75 <= ratio <= 1.10, (name, ratio, figures, chosen)
+        claimed = statistics.median(c[i] for c in figures[8])
+        honest = [h[i] for h in figures[cores]]
+        assert claimed <= 1.10 * max(honest), (name, "inflated", figures, chosen)
+        assert claimed >= 0.75 * statistics.median(honest), (name, "deflated", figures, chosen)

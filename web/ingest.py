@@ -1,6 +1,7 @@
 """Deciding whether a posted NodeProfile is accepted: the pure core behind POST /v1/profiles.
 
-Order of checks: JSON -> schema (field path) -> signature by node_id -> beacon round (known, matching,
+Order of checks: JSON -> schema (field path) -> signature by node_id -> physical bounds
+(capsule/plausibility.py) -> beacon round (known, matching,
 fresh) -> measured_at (not in the future, not before its beacon) -> newer than the stored profile
 (replays and stale profiles have their own codes) -> per-node rate limit. Only signed, verified data can
 spend a node's rate budget. No I/O here: the Starlette endpoint stores what this returns.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from capsule import plausibility
 from capsule.peerid import PeerIdError
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
@@ -45,15 +47,19 @@ def parse_json(body: bytes) -> Any:
 
 
 def verify_profile(data: Any) -> dict[str, Any]:
-    """Schema and signature; Problem naming the field otherwise."""
+    """Schema, signature and physical bounds; Problem naming the field otherwise."""
     try:
-        verify_record("NodeProfile", data)
+        record = verify_record("NodeProfile", data)
     except ValidationError as exc:
         raise Problem(422, "invalid_field", "a field of the profile is invalid", str(exc), exc.path) from None
     except SignatureError as exc:
         raise Problem(422, "bad_signature", "the signature does not verify", str(exc), f"$.{exc.field}") from None
     except PeerIdError as exc:  # pragma: no cover - node_id is validated by the schema first
         raise Problem(422, "invalid_field", "node_id is not an Ed25519 PeerId", str(exc), "$.node_id") from None
+    beyond = plausibility.check(record)
+    if beyond is not None:
+        raise Problem(422, "implausible_figure", "a figure exceeds what any hardware of its kind can do",
+                      beyond.message(), beyond.field)
     assert isinstance(data, dict)  # verify_record parsed it as an object
     return data
 
