@@ -3,23 +3,42 @@
 const $ = (id) => document.getElementById(id);
 let etag = null;
 
+// [stats key, label, how to show it]: a count, or an SI quantity given as (its scale, base unit)
 const GAUGES = [
-  ["nodes", "live nodes", 0, ""], ["cpu_cores", "CPU cores", 0, ""], ["cpu_gflops", "CPU", 1, "GFLOP/s"],
-  ["tokens_per_sec", "reference model", 1, "tokens/s"], ["gpus", "GPUs", 0, ""], ["gpu_tflops", "GPU fp16", 3, "TFLOP/s"],
-  ["gpu_vram_mb", "GPU memory", 0, "MiB"], ["storage_free_gb", "free storage", 0, "GB"], ["perf_score", "perf score", 2, ""],
+  ["nodes", "live nodes", count], ["cpu_cores", "CPU cores", count], ["cpu_gflops", "CPU", si(1e9, "FLOP/s")],
+  ["tokens_per_sec", "reference model", si(1, "tokens/s")], ["gpus", "GPUs", count],
+  ["gpu_tflops", "GPU fp16", si(1e12, "FLOP/s")], ["gpu_vram_mb", "GPU memory", si(2 ** 20, "B", true)],
+  ["storage_free_gb", "free storage", si(1e9, "B")], ["perf_score", "perf score", (v) => [v.toFixed(2), ""]],
 ];
+const PREFIXES = ["", "k", "M", "G", "T", "P", "E"];
 
-function gauge(label, value, digits, unit) {
-  const shown = value === null || value === undefined ? "—" : Number(value).toLocaleString(undefined, { maximumFractionDigits: digits });
-  return `<div class="gauge"><div class="value">${shown}</div><div class="unit">${unit}</div><div class="label">${label}</div></div>`;
+function count(v) { return [Math.round(v).toLocaleString("en"), ""]; }
+
+// An SI quantity with 3 significant digits and the prefix that fits ("2.10 GFLOP/s", not "0.0021 TFLOP/s");
+// binary prefixes for memory sizes (KiB, MiB, GiB).
+function si(scale, unit, binary = false) {
+  return (v) => {
+    const base = binary ? 1024 : 1000;
+    let x = v * scale, i = 0;
+    while (Math.abs(x) >= base && i < PREFIXES.length - 1) { x /= base; i++; }
+    const prefix = PREFIXES[i] && binary ? (PREFIXES[i] === "k" ? "Ki" : PREFIXES[i] + "i") : PREFIXES[i];
+    const digits = x.toPrecision(3);
+    return [digits.includes(".") ? digits.replace(/0+$/, "").replace(/\.$/, "") : digits, prefix + unit];
+  };
+}
+
+function gauge(label, value, show) {
+  const [shown, unit] = value === null || value === undefined ? ["—", ""] : show(Number(value));
+  return `<div class="gauge" role="group" aria-label="${label}"><div class="value">${shown}</div>` +
+    `<div class="unit">${unit}</div><div class="label">${label}</div></div>`;
 }
 
 async function refresh() {
   try {
     const stats = await (await fetch("/stats", { cache: "no-store" })).json();
     const mesh = stats.mesh || {};
-    $("gauges").innerHTML = GAUGES.map(([k, label, d, unit]) => gauge(label, stats[k], d, unit)).join("") +
-      gauge("median RTT", mesh.median_rtt_ms, 1, "ms");
+    $("gauges").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, stats[k], show)).join("") +
+      gauge("median RTT", mesh.median_rtt_ms, (v) => [v.toPrecision(3), "ms"]);
     const resp = await fetch("/atlas?limit=1000", { headers: etag ? { "if-none-match": etag } : {} });
     if (resp.status === 200) {
       etag = resp.headers.get("etag");
@@ -27,9 +46,12 @@ async function refresh() {
       $("nodes").querySelector("tbody").innerHTML = atlas.nodes.map((n) => {
         const f = (v, d) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
         const gpu = n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "—";
-        return `<tr><td><code>${n.node_id.slice(0, 14)}…</code></td><td>${n.runtime.kind}</td><td>${n.cpu.cores}</td>` +
-          `<td class="num">${f(n.cpu.gflops_fp32, 1)}</td><td class="num">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
-          `<td class="num">${f(n.llm.tokens_per_sec, 1)}</td><td>${gpu}</td></tr>`;
+        // data-label: the column name, shown beside each value when the table folds into cards on phones
+        return `<tr><td data-label="node"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></td>` +
+          `<td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
+          `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
+          `<td data-label="GB/s" class="num">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
+          `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td><td data-label="GPU">${gpu}</td></tr>`;
       }).join("");
     }
     $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -45,13 +67,25 @@ let profiles = new Map();
 
 function drawGraph(graph) {
   const canvas = $("graph"), ctx = canvas.getContext("2d");
+  // the drawing buffer follows the on-screen size, so a phone gets a graph sized to its screen, not a
+  // shrunken 960 px one
+  const width = Math.max(280, Math.round(canvas.clientWidth || 960));
+  const height = Math.round(Math.min(420, Math.max(240, width * 0.6)));
+  if (canvas.width !== width || canvas.height !== height) { canvas.width = width; canvas.height = height; }
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   const placed = graph.nodes.filter((n) => n.coordinate);
   window.ceGraph = { nodes: placed.length, edges: graph.edges.length };
   if (!placed.length) {
     ctx.fillStyle = "#57606a";
     ctx.font = "15px system-ui";
-    ctx.fillText("no measured links yet: nodes appear once their live session has co-signed a link sample", 20, 40);
+    // wrapped to the canvas: on a phone the sentence is wider than the screen
+    const words = "no measured links yet: nodes appear once their live session has co-signed a link sample".split(" ");
+    let line = "", y = 40;
+    for (const word of words) {
+      if (line && ctx.measureText(`${line} ${word}`).width > canvas.width - 40) { ctx.fillText(line, 20, y); line = word; y += 20; }
+      else line = line ? `${line} ${word}` : word;
+    }
+    ctx.fillText(line, 20, y);
     return;
   }
   // Vivaldi coordinates in ms; a short force-directed pass spreads nodes that sit on top of each other

@@ -254,3 +254,38 @@ def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Bro
         pairs = [(p["cpu"], c["cpu"]) for p, c in zip(runs[None], runs[8], strict=True)]
         assert claimed <= 1.10 * max(plain), (field, "inflated", pairs)
         assert claimed >= 0.75 * statistics.median(plain), (field, "deflated", pairs)
+
+
+WIDER_THAN_VIEWPORT = """() => [...document.querySelectorAll('body *')]
+  .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+  .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}: ${Math.round(e.getBoundingClientRect().right)}`)"""
+
+
+def test_pages_fit_a_phone_screen(browser: Browser, tmp_path: Path, artifacts: Artifacts) -> None:
+    """At 360x800 (a small phone) neither the join page nor the network page is wider than the screen: the
+    node table folds into labelled cards, the graph takes the screen's width. Gauges use SI prefixes (a
+    software adapter's 0.002 TFLOP/s shows as 2 GFLOP/s). Screenshots at 360x800 and 1280x900."""
+    from tests.samples import sample_profile
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with RelayProcess(tmp_path / "data") as relay:
+        _, beacon, _ = relay.get("/beacon")
+        for _ in range(3):
+            assert relay.post("/v1/profiles", sample_profile(beacon=beacon)[1])[0] == 201
+        for width, height in ((360, 800), (1280, 900)):
+            context = browser.new_context(viewport={"width": width, "height": height})
+            page = context.new_page()
+            for name, path in (("join", "/"), ("network", "/network.html")):
+                page.goto(relay.url + path)
+                if name == "network":
+                    page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 3")
+                    page.wait_for_function("() => window.ceGraph !== undefined")
+                page.screenshot(path=str(ARTIFACTS / f"{name}-{width}x{height}.png"), full_page=True)
+                assert page.evaluate(WIDER_THAN_VIEWPORT) == [], (name, width)
+                assert page.evaluate("() => document.documentElement.scrollWidth") <= width, (name, width)
+            gpu = page.locator(".gauge[aria-label='GPU fp16']")
+            assert gpu.locator(".value").inner_text() == "6" and gpu.locator(".unit").inner_text() == "GFLOP/s"
+            if width == 360:
+                cell = page.locator("#nodes tbody tr").first.locator("td").nth(3)
+                assert cell.evaluate("(td) => getComputedStyle(td, '::before').content") == '"GFLOP/s"'
+            context.close()
