@@ -116,6 +116,36 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
             raise UserError(f"{exc}\nthe profile is kept in {waiting}; `ce-bench run --relay URL` resends it") from None
 
 
+@main.command("node")
+@click.option("--relay", metavar="URL", required=True, help="the relay this node registers with and stays live on")
+@click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True,
+              help="capsule budget per phase of each measurement")
+@click.option("--no-gpu", is_flag=True, help="skip the GPU probes")
+@click.option("--scratch", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="directory the disk probe writes in [default: the current directory]")
+@click.option("--remeasure-h", type=click.FloatRange(0.001), default=6.0, show_default=True,
+              help="mean hours between measurements (drawn from the beacon, +-25%)")
+@click.option("--no-jitter", is_flag=True, help="start each measurement at once, not after the beacon's jitter")
+def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
+             no_jitter: bool) -> None:
+    """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
+    import signal
+
+    from host_runner.agent import Agent, AgentConfig
+    from host_runner.node import RunOptions
+
+    capsule = checked_capsule(DEFAULT_CAPSULE)
+    key = load_key()
+    opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, scratch=scratch, gpu=not no_gpu,
+                      jitter=not no_jitter, beacon_source=f"relay {relay}")
+    agent = Agent(relay, key, opts, AgentConfig(remeasure_s=remeasure_h * 3600),
+                  say=lambda line: click.echo(f"ce-bench node: {line}", err=True))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop.set())
+    click.echo(f"ce-bench node: {key.node_id} -> {relay}", err=True)
+    agent.run()
+
+
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--recompute", is_flag=True, help="also re-run the capsule on the seeds the profile names and "

@@ -1,0 +1,48 @@
+"""`ce-bench node` against a real relay process: started while the relay is down it backs off, registers
+once the relay is up, stays live, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from host_runner.agent import AgentConfig, remeasure_after_s
+from tests.relay_process import CLI, RelayProcess, free_port
+
+
+def test_remeasure_interval_is_drawn_from_the_beacon_within_the_spread() -> None:
+    config = AgentConfig(remeasure_s=3600.0, remeasure_spread=0.25)
+    waits = {remeasure_after_s(f"{i:064x}", "12D3KooWnode", config) for i in range(200)}
+    assert len(waits) == 200 and min(waits) >= 2700.0 and max(waits) <= 4500.0
+    assert remeasure_after_s("ab" * 32, "n", config) == remeasure_after_s("ab" * 32, "n", config)
+
+
+def test_node_backs_off_registers_stays_live_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
+    log = tmp_path / "node.log"
+    with open(log, "wb") as out:
+        node = subprocess.Popen([CLI, "node", "--relay", f"http://127.0.0.1:{port}", "--no-gpu", "--no-jitter",
+                                 "--budget-ms", "500"], stdout=out, stderr=out, env=env, cwd=tmp_path)
+    try:
+        time.sleep(3)
+        assert node.poll() is None and "unreachable" in log.read_text(), log.read_text()  # backing off, alive
+        with RelayProcess(tmp_path / "relay", "--heartbeat-interval", "0.5", port=port) as relay:
+            node_id = log.read_text().split("ce-bench node: ")[1].split(" ->")[0]
+            deadline = time.monotonic() + 120
+            while True:
+                status, body, _ = relay.get(f"/v1/nodes/{node_id}")
+                if status == 200 and body["status"]["online"] and body["status"]["rtt_ms"] is not None:
+                    break
+                assert time.monotonic() < deadline and node.poll() is None, log.read_text()
+                time.sleep(0.5)
+            assert body["profile"]["beacon"]["relay"] == relay.get("/beacon")[1]["relay"]
+            node.send_signal(signal.SIGTERM)
+            assert node.wait(timeout=30) == 0, log.read_text()
+            assert "node stopped" in log.read_text()
+    finally:
+        if node.poll() is None:
+            node.kill()
