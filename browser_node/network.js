@@ -1,3 +1,5 @@
+import { count, si } from "./format.js";
+
 // The network page: FabricStats of the atlas as gauges and the live node list, refreshed every 2 s
 // (the atlas answers 304 while nothing changed).
 const $ = (id) => document.getElementById(id);
@@ -10,23 +12,6 @@ const GAUGES = [
   ["gpu_tflops", "GPU fp16", si(1e12, "FLOP/s")], ["gpu_vram_mb", "GPU memory", si(2 ** 20, "B", true)],
   ["storage_free_gb", "free storage", si(1e9, "B")], ["perf_score", "perf score", (v) => [v.toFixed(2), ""]],
 ];
-const PREFIXES = ["", "k", "M", "G", "T", "P", "E"];
-
-function count(v) { return [Math.round(v).toLocaleString("en"), ""]; }
-
-// An SI quantity with 3 significant digits and the prefix that fits ("2.10 GFLOP/s", not "0.0021 TFLOP/s");
-// binary prefixes for memory sizes (KiB, MiB, GiB).
-function si(scale, unit, binary = false) {
-  return (v) => {
-    const base = binary ? 1024 : 1000;
-    let x = v * scale, i = 0;
-    while (Math.abs(x) >= base && i < PREFIXES.length - 1) { x /= base; i++; }
-    const prefix = PREFIXES[i] && binary ? (PREFIXES[i] === "k" ? "Ki" : PREFIXES[i] + "i") : PREFIXES[i];
-    const digits = x.toPrecision(3);
-    return [digits.includes(".") ? digits.replace(/0+$/, "").replace(/\.$/, "") : digits, prefix + unit];
-  };
-}
-
 function gauge(label, value, show) {
   const [shown, unit] = value === null || value === undefined ? ["—", ""] : show(Number(value));
   return `<div class="gauge" role="group" aria-label="${label}"><div class="value">${shown}</div>` +
@@ -47,7 +32,7 @@ async function refresh() {
         const f = (v, d) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
         const gpu = n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "—";
         // data-label: the column name, shown beside each value when the table folds into cards on phones
-        return `<tr><td data-label="node"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></td>` +
+        return `<tr><td data-label="node"><a href="/nodes/${n.node_id}"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></a></td>` +
           `<td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
           `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
           `<td data-label="GB/s" class="num">${f(n.cpu.mem_bw_gbps, 2)}</td>` +

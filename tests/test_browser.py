@@ -289,3 +289,38 @@ def test_pages_fit_a_phone_screen(browser: Browser, tmp_path: Path, artifacts: A
                 cell = page.locator("#nodes tbody tr").first.locator("td").nth(3)
                 assert cell.evaluate("(td) => getComputedStyle(td, '::before').content") == '"GFLOP/s"'
             context.close()
+
+
+def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts) -> None:
+    """/nodes/{id}: the node's figures with unit, method and spread, its percentile among live nodes, status,
+    GPUs and links; linked from the network table; readable at 360 px; an unknown id says so."""
+    from tests.samples import sample_profile
+
+    with RelayProcess(tmp_path / "data") as relay:
+        _, beacon, _ = relay.get("/beacon")
+        slow = sample_profile(beacon=beacon, gflops=20.0)[1]
+        fast = sample_profile(beacon=beacon, gflops=90.0)[1]
+        for p in (slow, fast):
+            assert relay.post("/v1/profiles", p)[0] == 201
+        context = browser.new_context(viewport={"width": 360, "height": 800})
+        page = context.new_page()
+        page.goto(relay.url + "/network.html")
+        page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 2")
+        page.click(f"a[href='/nodes/{fast['node_id']}']")
+        page.wait_for_function("() => document.querySelectorAll('#figures tbody tr').length === 5")
+        assert page.url.endswith(f"/nodes/{fast['node_id']}")
+        cpu = page.locator("#figures tbody tr").first
+        assert cpu.locator("td").nth(1).inner_text() == "90 GFLOP/s"
+        assert "100th" in cpu.locator("td").nth(2).inner_text()  # the faster of the two
+        assert "llvmpipe" in page.locator("#gpus").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "node-360x800.png"), full_page=True)
+        assert page.evaluate(WIDER_THAN_VIEWPORT) == []
+        page.goto(relay.url + f"/nodes/{slow['node_id']}")
+        page.wait_for_function("() => document.querySelectorAll('#figures tbody tr').length === 5")
+        assert "50th" in page.locator("#figures tbody tr").first.inner_text()
+        from common.keys import NodeKey
+
+        page.goto(relay.url + f"/nodes/{NodeKey.generate().node_id}")
+        page.wait_for_function("() => /no such node/.test(document.getElementById('status').textContent)")
+        assert relay.get("/nodes/not-a-node-id")[0] == 400
+        context.close()

@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
@@ -162,6 +162,15 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse(relay.metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
 
+async def node_page(request: Request) -> Response:
+    """The shareable page of one node (/nodes/{id}); it reads the public API itself."""
+    node_id_param(request.path_params["node_id"])
+    page = WEB_BUNDLE / "node.html"
+    if not page.exists():
+        raise Problem(404, "no_pages", "this relay serves no pages", "build them with `python build.py`")
+    return FileResponse(page, media_type="text/html")
+
+
 async def openapi(request: Request) -> Response:
     return JSONResponse(document())
 
@@ -205,6 +214,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
+        Route("/nodes/{node_id}", node_page),
         WebSocketRoute("/v1/live", live)]
     if (WEB_BUNDLE / "index.html").exists():  # the browser node's pages (python build.py)
         routes.append(Mount("/", StaticFiles(directory=WEB_BUNDLE, html=True)))
