@@ -71,6 +71,8 @@ class Agent:
     def _round(self) -> float | None:
         """One measure-and-register round; the seconds until the next, or None when the relay was away."""
         sent, problems = resend_outbox(self.relay)
+        if sent:
+            self.say(f"resent {sent} waiting profile(s)")
         for problem in problems:
             self.say(f"outbox: {problem}")
         try:
@@ -87,10 +89,11 @@ class Agent:
             return 0.0  # asked to stop while measuring: do not publish half a decision
         if not self._publish(result.profile):
             return None
-        if self.session is None:
+        if self.session is None and self.registered:  # heartbeats need a profile the relay accepted
             self.session = LiveSession(self.relay, self.key).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)
-        self.say(f"registered ({self.registered} profile(s) accepted); live; next measurement in {wait / 3600:.1f} h")
+        state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
+        self.say(f"{state}; next measurement in {wait / 3600:.1f} h")
         return wait
 
     def _publish(self, profile: dict[str, Any]) -> bool:
