@@ -24,7 +24,9 @@ from host_runner.live_client import LiveSession
 from tests.relay_process import RelayProcess
 from tests.samples import mutated, sample_profile
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+# derandomize: CI runs the same 120 cases every time (plus the pinned ones), so it never passes or fails by
+# luck; explore further locally with HYPOTHESIS_SEED unset and derandomize=False.
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 BIG = 2**53  # the first integer I-JSON cannot carry exactly
 
 
@@ -134,6 +136,7 @@ def test_profiles(relay: RelayProcess, bystander: LiveSession) -> None:
     still_serving(relay)
 
 
+BEYOND_PHYSICS = {("rtt_ms", 0.0001), ("rtt_ms", 590_000.0), ("bw_mbps", 1e308)}
 LINK_FIELDS = ["a", "b", "rtt_ms", "jitter_ms", "loss", "bw_mbps", "measured_at", "sig_a", "sig_b"]
 
 
@@ -148,25 +151,27 @@ def test_links(relay: RelayProcess, bystander: LiveSession) -> None:
     @example(field="rtt_ms", value=0.0001)
     @example(field="rtt_ms", value=59_000.0 * 10)
     @example(field="bw_mbps", value=1e308)
+    @example(field="bw_mbps", value=0.0001)  # 100 bit/s is slow, not impossible: accepted (a test bug, 2026-12-03)
     @example(field="measured_at", value=BIG)
     @example(field="jitter_ms", value=float("nan"))
     def check(field: str, value: Any) -> None:
         sample = resigned("LinkSample", mutated(base, field, value), (a, "sig_a"), (b, "sig_b"))
         status, answer = post(relay.url, "/v1/links", dumps(sample))
         assert status < 500, answer
-        if field in ("rtt_ms", "bw_mbps") and isinstance(value, float) and value in (0.0001, 590_000.0, 1e308):
+        if isinstance(value, float) and (field, value) in BEYOND_PHYSICS:
             assert (status, answer["code"], answer["field"]) == (422, "invalid_field", f"$.{field}"), answer
 
     check()
     still_serving(relay)
 
 
+ALIVE_PROBE = "ce-test-alive-probe"
 MESSAGE_TYPES = ["heartbeat", "pong", "bw_ack", "cosigned", "unknown", "ack"]
 
 
 def test_live_messages(relay: RelayProcess, bystander: LiveSession) -> None:
-    """Each case on a fresh session: the bad message gets an error frame (or is ignored), and the same
-    session still acknowledges a good heartbeat afterwards."""
+    """Each case on a fresh session: the bad message gets an error frame (or is served), and the same session
+    still answers the next message afterwards."""
     key = register(relay)
     url = relay.url.replace("http://", "ws://") + "/v1/live"
 
@@ -178,6 +183,8 @@ def test_live_messages(relay: RelayProcess, bystander: LiveSession) -> None:
     @example(kind="heartbeat", field="heartbeat", value={"seq": BIG}, raw=b"", use_raw=False)
     @example(kind="heartbeat", field="heartbeat", value={"node_id": "\ud800"}, raw=b"", use_raw=False)
     @example(kind="pong", field="id", value=float("inf"), raw=b"", use_raw=False)
+    # a valid heartbeat with the highest seq: the liveness check must not depend on acks (test bug, 2026-12-03)
+    @example(kind="heartbeat", field="heartbeat", value={"seq": 2**53 - 1}, raw=b"", use_raw=False)
     def check(kind: str, field: str, value: Any, raw: bytes | str, use_raw: bool) -> None:
         with connect(url, open_timeout=10) as ws:
             welcome = json.loads(ws.recv(timeout=10))
@@ -191,13 +198,14 @@ def test_live_messages(relay: RelayProcess, bystander: LiveSession) -> None:
                 if kind == "cosigned" and isinstance(value, dict):
                     message["sample"] = {"b": welcome["relay"], **value}
                 ws.send(json.dumps(message))
-            good = sign("Heartbeat", {**beat, "seq": 2**40}, key)
-            ws.send(json.dumps({"type": "heartbeat", "heartbeat": good}))
+            # then a message only this test sends: its answer proves the session is still being served (a good
+            # heartbeat would not do: the fuzzed one may be a valid heartbeat with a higher seq)
+            ws.send(json.dumps({"type": ALIVE_PROBE}))
             deadline = time.monotonic() + 10
             while True:
                 frame = ws.recv(timeout=max(0.1, deadline - time.monotonic()))
-                if isinstance(frame, str) and json.loads(frame) == {"type": "ack", "seq": 2**40}:
-                    break  # (the fuzzed message may itself be a good heartbeat, acknowledged first)
+                if isinstance(frame, str) and ALIVE_PROBE in json.loads(frame).get("detail", ""):
+                    break
 
     check()
     still_serving(relay)
