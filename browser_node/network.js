@@ -28,6 +28,7 @@ async function refresh() {
     if (resp.status === 200) {
       etag = resp.headers.get("etag");
       const atlas = await resp.json();
+      profiles = new Map(atlas.nodes.map((n) => [n.node_id, n]));  // the graph sizes nodes by these
       $("nodes").querySelector("tbody").innerHTML = atlas.nodes.map((n) => {
         const f = (v, d) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
         const gpu = n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "—";
@@ -116,9 +117,7 @@ async function refreshGraph() {
 
 const originalRefresh = refresh;
 async function refreshAll() {
-  await originalRefresh();
-  const page = await fetch("/atlas?limit=1000").then((r) => r.json()).catch(() => ({ nodes: [] }));
-  profiles = new Map(page.nodes.map((n) => [n.node_id, n]));
+  await originalRefresh();  // it keeps `profiles` (one /atlas read per refresh, 304 while nothing changed)
   await refreshGraph();
 }
 

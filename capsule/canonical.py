@@ -17,8 +17,7 @@ from typing import Any
 import rfc8785
 
 from capsule.model import REGISTRY
-
-_SAFE_INT = 2**53 - 1  # RFC 8785 (I-JSON): integers must be exact IEEE doubles
+from capsule.typed import I_JSON_MAX_INT
 
 
 class _NeedsSlowPath(Exception):
@@ -47,7 +46,7 @@ def find_domain_error(value: Any, path: str = "$") -> CanonicalError | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
-        if abs(value) > _SAFE_INT:
+        if abs(value) > I_JSON_MAX_INT:
             return CanonicalError(path, f"the integer {value} is beyond I-JSON's exact range (|n| <= 2**53 - 1)")
         return None
     if isinstance(value, float):
@@ -131,7 +130,7 @@ def _normalise(value: Any, path: str, odd: list[str]) -> Any:
     if t is list or t is tuple:
         return [_normalise(v, path, odd) for v in value]
     if t is int:
-        if abs(value) > _SAFE_INT:
+        if abs(value) > I_JSON_MAX_INT:
             raise _NeedsSlowPath
         return value
     if t is bool or value is None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capsule.peerid import public_key_from_peer_id
-from capsule.typed import spec
+from capsule.typed import I_JSON_MAX_INT, spec
 
 HEX64 = "[0-9a-f]{64}"
 HEX = "[0-9a-f]{2,256}"
@@ -165,7 +165,7 @@ class Heartbeat:
 
     node_id: str = node_id_field("the node that is alive")
     session: str = spec(pattern="[0-9a-f]{32}", description="the session id from the relay's welcome")
-    seq: int = spec(minimum=0, maximum=2**53 - 1, description="increases with every heartbeat of a session")
+    seq: int = spec(minimum=0, maximum=I_JSON_MAX_INT, description="increases with every heartbeat of a session")
     sent_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
     sig: str = spec(pattern=B64URL_SIG)
 
