@@ -1,5 +1,6 @@
 """`ce-bench node`: a server that stays a node. Measures against the relay's beacon, registers, keeps the
-live session (signed heartbeats, co-signed link samples; host_runner/live_client.py reconnects by itself),
+live session (signed heartbeats, co-signed link samples, answers to the relay's challenges;
+host_runner/live_client.py reconnects by itself),
 re-measures on a schedule drawn from the beacon, resends its outbox, backs off while the relay is away, and
 stops cleanly when asked (SIGTERM/SIGINT set the stop event; a measurement in progress finishes first).
 
@@ -19,7 +20,7 @@ from common.keys import NodeKey
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import RelayError, fetch_beacon, post_profile, resend_outbox, save_to_outbox
-from host_runner.wasm import CapsuleError
+from host_runner.wasm import CapsuleError, default_engine, load_module
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,12 @@ class Agent:
         if not self._publish(result.profile):
             return None
         if self.session is None and self.registered:  # heartbeats need a profile the relay accepted
-            self.session = LiveSession(self.relay, self.key).start()
+            reactor = self.opts.capsule.with_name("capsule-reactor.wasm")
+            if reactor.exists():
+                load_module(default_engine(), reactor)  # compiled now, not inside the first challenge's time
+            else:
+                self.say(f"{reactor} is missing: this node cannot answer challenges and stays unverified")
+            self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)
         state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
         self.say(f"{state}; next measurement in {wait / 3600:.1f} h")

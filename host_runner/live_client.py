@@ -1,12 +1,17 @@
 """A node's live session with its relay (WS /v1/live, protocol in web/live.py): signed heartbeats at
-the interval the relay asks for, answers to RTT pings. Runs in a background thread."""
+the interval the relay asks for, answers to RTT pings, and, given the reactor wasm, answers to the relay's
+challenges (web/challenges.py) computed by the capsule on a worker thread so pings are answered meanwhile.
+Runs in a background thread."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from websockets.exceptions import WebSocketException
@@ -14,11 +19,21 @@ from websockets.sync.client import connect
 
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
+from host_runner.challenge_answer import SgemmAnswer
+from host_runner.wasm import CapsuleError
+
+AnswerFactory = Callable[[Path, list[int], int], SgemmAnswer]
 
 
 class LiveSession:
-    def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None,
+                 reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer) -> None:
         self.ssl_context = ssl_context
+        self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
+        self.answer_factory = answer_factory  # tests inject wrong answers through it
+        self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
+        self._answer: tuple[str, SgemmAnswer] | None = None
+        self._send_lock = threading.Lock()
         self.url = relay_url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/") + "/v1/live"
         self.signer = signer
         self.acks = 0
@@ -56,19 +71,65 @@ class LiveSession:
         except ValueError as exc:
             self.errors.append({"type": "error", "code": "refused_cosign", "detail": str(exc)})
             return
-        ws.send(json.dumps({"type": "cosigned", "sample": sign("LinkSample", sample, self.signer, "sig_a")}))
+        self._send(ws, {"type": "cosigned", "sample": sign("LinkSample", sample, self.signer, "sig_a")})
         self.links += 1
 
+    def _send(self, ws: Any, message: dict[str, Any]) -> None:
+        """The one way to send: the challenge worker and the session loop share the socket."""
+        with self._send_lock:
+            ws.send(json.dumps(message))
+
+    def _challenge(self, ws: Any, message: dict[str, Any]) -> None:
+        """Computes and commits on a worker thread (seconds of work must not stall pongs and heartbeats)."""
+        if self.reactor_wasm is None:
+            return
+        try:
+            seeds = [int(s, 16) for s in message["seeds"]]
+            n, cid = int(message["n"]), str(message["id"])
+        except (KeyError, TypeError, ValueError):
+            self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
+            return
+        answer = self.answer_factory(self.reactor_wasm, seeds, n)
+        if self._answer is not None:  # a new challenge supersedes one the relay gave up on
+            self._answer[1].release()
+            self._answer = None
+
+        def work() -> None:
+            try:
+                roots = answer.commit()
+            except CapsuleError as exc:
+                self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
+                return
+            self._answer = (cid, answer)
+            with contextlib.suppress(OSError, WebSocketException):  # the loop sees a closed socket and reconnects
+                self._send(ws, {"type": "commit", "id": cid, "roots": roots})
+
+        threading.Thread(target=work, name="challenge", daemon=True).start()
+
+    def _open(self, ws: Any, message: dict[str, Any]) -> None:
+        if self._answer is None or self._answer[0] != message.get("id"):
+            self.errors.append({"type": "error", "code": "bad_open", "detail": "no commitment of that id"})
+            return
+        cid, answer = self._answer
+        try:
+            rows = answer.open(message.get("rows") or [])
+        except ValueError as exc:
+            self.errors.append({"type": "error", "code": "bad_open", "detail": str(exc)})
+            return
+        self._send(ws, {"type": "opening", "id": cid, "rows": rows})
+
     def _session(self) -> None:
-        with connect(self.url, open_timeout=10, ssl=self.ssl_context) as ws:
+        with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22) as ws:
             welcome = json.loads(ws.recv(timeout=10))
+            if self.reactor_wasm is not None:
+                self._send(ws, {"type": "hello", "answers": ["sgemm"]})
             interval = float(welcome["heartbeat_interval_s"])
             seq, next_beat = 0, 0.0
             while not self._stop.is_set():
                 if time.monotonic() >= next_beat:
                     beat = sign("Heartbeat", {"node_id": node_id(self.signer), "session": welcome["session"],
                                               "seq": seq, "sent_at": int(time.time())}, self.signer)
-                    ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
+                    self._send(ws, {"type": "heartbeat", "heartbeat": beat})
                     seq += 1
                     next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
                 try:
@@ -76,14 +137,23 @@ class LiveSession:
                 except TimeoutError:
                     continue
                 if isinstance(frame, bytes):  # the relay's bandwidth probe: acknowledge at once
-                    ws.send(json.dumps({"type": "bw_ack", "n": len(frame)}))
+                    self._send(ws, {"type": "bw_ack", "n": len(frame)})
                     continue
                 message = json.loads(frame)
                 if message.get("type") == "ping":
-                    ws.send(json.dumps({"type": "pong", "id": message["id"]}))
+                    self._send(ws, {"type": "pong", "id": message["id"]})
                 elif message.get("type") == "ack":
                     self.acks += 1
                 elif message.get("type") == "cosign":
                     self._cosign(ws, message.get("sample"), welcome["relay"])
+                elif message.get("type") == "challenge" and self.reactor_wasm is not None:
+                    self._challenge(ws, message)
+                elif message.get("type") == "open":
+                    self._open(ws, message)
+                elif message.get("type") == "challenge_result":
+                    self.results.append(message)
+                    if self._answer is not None and self._answer[0] == message.get("id"):
+                        self._answer[1].release()
+                        self._answer = None
                 elif message.get("type") == "error":
                     self.errors.append(message)

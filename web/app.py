@@ -27,6 +27,7 @@ from web.openapi import document
 from web.problems import Problem
 from web.relay import Relay
 from web.static import IsolationHeaders
+from web.stats import FabricStats
 
 log = logging.getLogger("ce.relay")
 WEB_BUNDLE = Path(__file__).resolve().parents[1] / "build" / "web"
@@ -80,7 +81,20 @@ async def get_node(request: Request) -> Response:
         raise Problem(404, "unknown_node", "no profile of this node is known here", node_id)
     coord = relay.links.coordinate(node_id)
     status["coordinate"] = coord.to_json() if coord else None
-    return JSONResponse({"profile": json.loads(body), "status": status})
+    return JSONResponse({"profile": json.loads(body), "status": status,
+                         "trust": relay.challenges.trust_json(node_id, time.time())})
+
+
+async def node_history(request: Request) -> Response:
+    relay = relay_of(request)
+    node_id = node_id_param(request.path_params["node_id"])
+    if node_id not in relay.atlas.nodes:
+        raise Problem(404, "unknown_node", "no profile of this node is known here", node_id)
+    raw = request.query_params.get("limit", str(relay.config.history_kept))
+    if not raw.isdigit() or not 1 <= int(raw) <= relay.config.history_kept:
+        raise Problem(400, "invalid_parameter", f"limit must be an integer in [1, {relay.config.history_kept}]",
+                      raw[:40], "limit")
+    return JSONResponse({"node_id": node_id, "events": relay.history(node_id, int(raw))})
 
 
 async def atlas(request: Request) -> Response:
@@ -107,14 +121,25 @@ async def atlas(request: Request) -> Response:
                         headers={"etag": tag})
 
 
+def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dict[str, Any]:
+    """FabricStats where each node adds only what the relay's challenges observed (web/trust.py); `claimed`
+    sums the same fields as the live nodes claim them."""
+    claimed_block = claimed.snapshot()
+    return {**verified.snapshot(), "nodes": claimed_block["nodes"], "verified_nodes": len(verified),
+            "counting": "verified: a node adds its cores and its GFLOP/s capped at the observed throughput once "
+                        "challenges verified it; figures no challenge observes yet (tokens/s, GPU, storage) "
+                        "appear only under claimed",
+            "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh()}
+
+
 async def fabric_stats(request: Request) -> Response:
     relay = relay_of(request)
-    return JSONResponse({**relay.atlas.local_stats.snapshot(), "mesh": relay.links.mesh()})
+    return JSONResponse(scoreboard(relay, relay.atlas.local_verified, relay.atlas.local_stats))
 
 
 async def stats(request: Request) -> Response:
     relay = relay_of(request)
-    return JSONResponse({**relay.atlas.global_stats.snapshot(), "mesh": relay.links.mesh()})
+    return JSONResponse(scoreboard(relay, relay.atlas.global_verified, relay.atlas.global_stats))
 
 
 async def post_link(request: Request) -> Response:
@@ -210,6 +235,7 @@ def create_app(config: RelayConfig) -> Starlette:
 
     routes: list[Any] = [
         Route("/v1/profiles", post_profile, methods=["POST"]), Route("/v1/nodes/{node_id}", get_node),
+        Route("/v1/nodes/{node_id}/history", node_history),
         Route("/v1/links", post_link, methods=["POST"]), Route("/netgraph", netgraph),
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),

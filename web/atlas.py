@@ -19,6 +19,20 @@ class NodeEntry:
     origin: str               # the relay that accepted the profile first
     contribution: Contribution
     rtt_ms: float | None = None
+    claimed_gflops: float | None = None  # the whole-CPU figure challenges are sized for and judged against
+    instances: int = 1                   # how many capsule instances ran concurrently for that figure
+    verified: Contribution = Contribution()  # what the verified scoreboard counts (web/trust.py)
+
+
+def claim_of(profile: dict[str, Any]) -> tuple[float | None, int]:
+    """The whole-CPU GFLOP/s claim and its concurrent instance count (1 when the evidence does not say)."""
+    gflops = profile["cpu"].get("gflops_fp32")
+    evidence = profile.get("evidence")
+    cpu = evidence.get("cpu") if isinstance(evidence, dict) else None
+    record = cpu.get("gflops_fp32") if isinstance(cpu, dict) else None
+    instances = record.get("instances") if isinstance(record, dict) else None
+    count = len(instances) if isinstance(instances, list) and instances else 1
+    return (float(gflops) if isinstance(gflops, int | float) and gflops > 0 else None), count
 
 
 class Atlas:
@@ -28,6 +42,9 @@ class Atlas:
         self.liveness = Liveness(config.offline_after_s)
         self.global_stats = FabricStats(config.perf_reference, config.perf_weights)
         self.local_stats = FabricStats(config.perf_reference, config.perf_weights)
+        # the scoreboard of what challenges observed (the two above sum what live nodes claim)
+        self.global_verified = FabricStats(config.perf_reference, config.perf_weights)
+        self.local_verified = FabricStats(config.perf_reference, config.perf_weights)
         self.live: set[str] = set()
         self._sorted: list[str] = []      # live ids in order for /atlas paging, rebuilt lazily
         self._sorted_version = -1
@@ -36,24 +53,45 @@ class Atlas:
     def _go_live(self, node_id: str) -> None:
         entry = self.nodes[node_id]
         self.global_stats.set_live(node_id, entry.contribution)
+        self._set_verified_live(node_id, entry)
         if entry.origin == self.relay_id:
             self.local_stats.set_live(node_id, entry.contribution)
         else:
             self.local_stats.set_offline(node_id)
         self.live.add(node_id)
 
+    def _set_verified_live(self, node_id: str, entry: NodeEntry) -> None:
+        for stats, mine in ((self.global_verified, True), (self.local_verified, entry.origin == self.relay_id)):
+            if mine and entry.verified != Contribution():
+                stats.set_live(node_id, entry.verified)
+            else:
+                stats.set_offline(node_id)
+
+    def set_verified(self, node_id: str, contribution: Contribution) -> None:
+        """What the node now adds to the verified scoreboard (all zero: nothing)."""
+        entry = self.nodes.get(node_id)
+        if entry is None or entry.verified == contribution:
+            return
+        entry.verified = contribution
+        if node_id in self.live:
+            self._set_verified_live(node_id, entry)
+        self.version += 1
+
     def _go_offline(self, node_id: str) -> None:
-        self.global_stats.set_offline(node_id)
-        self.local_stats.set_offline(node_id)
+        for stats in (self.global_stats, self.local_stats, self.global_verified, self.local_verified):
+            stats.set_offline(node_id)
         self.live.discard(node_id)
 
     def put(self, profile: dict[str, Any], origin: str, now: float, live: bool = True) -> bool:
         """Records a verified profile (newer than any before it); True if the node is new to the atlas.
         `live` is False for profiles loaded at start-up: a node is live only once heard from again."""
         node_id = profile["node_id"]
-        is_new = node_id not in self.nodes
+        old = self.nodes.get(node_id)
+        is_new = old is None
+        claimed, instances = claim_of(profile)
         self.nodes[node_id] = NodeEntry(profile["measured_at"], profile["sig"], origin, Contribution.of(profile),
-                                        None if is_new else self.nodes[node_id].rtt_ms)
+                                        None if old is None else old.rtt_ms, claimed, instances,
+                                        Contribution() if old is None else old.verified)
         if live:
             self.liveness.touch(node_id, now)
             self._go_live(node_id)

@@ -25,6 +25,12 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
     "--beacon-interval": ("beacon_interval_s", click.FloatRange(0.1), "seconds between beacon rounds"),
     "--bw-probe-interval": ("bw_probe_interval_s", click.FloatRange(1), "mean seconds between bandwidth probes "
                             "of one live session"),
+    "--challenge-first-after": ("challenge_first_after_s", click.FloatRange(0.1), "seconds from a node's hello "
+                                "to its first challenge"),
+    "--challenge-interval-unverified": ("challenge_interval_unverified_s", click.FloatRange(0.1),
+                                        "mean seconds between challenges of a node not yet verified"),
+    "--challenge-interval": ("challenge_interval_s", click.FloatRange(0.1), "mean seconds between challenges "
+                             "of a verified node"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
                          "the event loop (0: in-process)"),
 }

@@ -59,6 +59,37 @@ class RelayConfig:
     link_tiv_factor: float = 2.0
     link_slack_ms: float = 5.0
 
+    # Challenges (web/challenges.py): the relay measures each node itself. A session opts in with a hello
+    # (clients that cannot answer stay unverified rather than failing). The work is sized so the node's
+    # claimed speed needs challenge_target_s: long enough that the session's RTT and the capsule's
+    # instantiation (~50 ms measured) are small beside it, short enough to cost a phone little.
+    challenge_target_s: float = 0.5
+    challenge_first_after_s: float = 5.0          # after the hello of a node with a profile here
+    challenge_interval_unverified_s: float = 60.0  # mean gap while a node is not yet verified
+    challenge_interval_s: float = 900.0            # mean gap once verified: ~0.06% of a node's time
+    challenge_spread: float = 0.5                  # gaps are mean x (1 +- spread), drawn from the beacon
+    # The commitment must arrive within this (s): a node 40x slower than its claim is late, not slow.
+    challenge_commit_timeout_s: float = 20.0
+    challenge_open_timeout_s: float = 10.0         # rows are opened from memory: only transfer time
+    challenge_rows_per_instance: int = 2           # rows opened per instance; each costs the relay O(n^2)
+    challenge_max_instances: int = 64              # a claim of more concurrent instances is challenged at 64
+
+    # Trust (web/trust.py). Counters halve every trust_half_life_s.
+    trust_half_life_s: float = 6 * 3600.0
+    trust_min_passes: int = 2            # passed challenges before a node counts as verified
+    # Flagged when the claim exceeds the best observed throughput by more than this factor. Identical runs
+    # on a shared 2-vCPU VM differ by up to 40%, and a challenge also pays for hashing its output (~15%):
+    # 2x leaves room for both, and still flags a 3x overstatement.
+    trust_flag_factor: float = 2.0
+    # The verified scoreboard counts min(claim, best observed x this): an overstatement below the flag
+    # factor still counts only what was seen (plus the challenge's known overhead).
+    trust_cap_factor: float = 1.25
+    trust_flag_failures: float = 1.0        # decayed failure weight that flags: one wrong answer
+    trust_soft_failure_weight: float = 0.34  # a late or unknown reply: three within a half-life flag
+    trust_failure_penalty: float = 4.0      # score = passes - penalty x failures (both decayed)
+    trust_observed_kept: int = 16           # observed figures remembered per node (the best counts)
+    history_kept: int = 500                 # profile and challenge entries kept per node for /history
+
     # /atlas paging, in nodes per page.
     atlas_page_default: int = 100
     atlas_page_max: int = 1000

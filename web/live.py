@@ -12,6 +12,7 @@ relay -> node  a binary frame of BW_PROBE_BYTES, now and then (randomised): the 
 node -> relay  {"type": "bw_ack", "n": BYTES}   at once; bw = 8 n / (time to ack - RTT)
 relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
 relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after MAX_ERRORS, the relay closes (1008)
+node -> relay  {"type": "hello", "answers": ["sgemm"]} ... challenges: web/challenges.py has that protocol
 
 Session is the whole protocol state of one connection, with time passed in (h11's style): the Starlette
 endpoint (web/live_endpoint.py) only moves frames and calls the relay. A bad message costs an error frame,
@@ -28,6 +29,7 @@ from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
 
 MAX_MESSAGE_BYTES = 4096
+MAX_OPENING_BYTES = 512 * 1024  # a challenge's opening: 2 rows x 64 instances x 2048 fp32 in base64 fits
 RTT_EWMA_ALPHA = 0.2  # weight of a new RTT sample (TCP's SRTT uses 1/8; pings here are sparser)
 
 
@@ -53,6 +55,7 @@ class Session:
     node_id: str | None = None
     last_seq: int = -1
     rtt_ms: float | None = None
+    rtt_min_ms: float | None = None  # the floor of the session's RTTs: what a challenge's timing subtracts
     errors: int = 0
     rtt_samples: list[float] = field(default_factory=list)
     pings_sent: int = 0
@@ -115,6 +118,7 @@ class Session:
         rtt_ms = (now - sent) * 1000
         self.pongs += 1
         self.rtt_samples.append(rtt_ms)
+        self.rtt_min_ms = rtt_ms if self.rtt_min_ms is None else min(self.rtt_min_ms, rtt_ms)
         self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms
         return self.rtt_ms
 
@@ -146,12 +150,15 @@ class Session:
 
 
 def parse_message(text: str | bytes) -> dict[str, Any]:
-    if len(text) > MAX_MESSAGE_BYTES:
-        raise LiveError("message_too_large", f"{len(text)} bytes; at most {MAX_MESSAGE_BYTES}")
+    """One message; only a challenge's opening (rows of a product) may exceed MAX_MESSAGE_BYTES."""
+    if len(text) > MAX_OPENING_BYTES:
+        raise LiveError("message_too_large", f"{len(text)} bytes; at most {MAX_OPENING_BYTES}")
     try:
         message = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise LiveError("invalid_json", "messages are JSON objects") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise LiveError("invalid_message", "expected an object with a string 'type'")
+    if len(text) > MAX_MESSAGE_BYTES and message["type"] != "opening":
+        raise LiveError("message_too_large", f"{len(text)} bytes; at most {MAX_MESSAGE_BYTES}")
     return message

@@ -5,6 +5,7 @@ message type; a bad message gets an error frame and the session goes on (until M
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -15,6 +16,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from web.challenge_desk import Challengee
 from web.live import BW_PROBE_BYTES, LiveError, Session, parse_message
 from web.problems import Problem
 from web.relay import Relay
@@ -26,6 +28,12 @@ class Connection:
     relay: Relay
     session: Session
     probe_rng: random.Random = field(default_factory=random.Random)
+    challengee: Challengee | None = None  # set once the node said hello (it answers challenges)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Sends from outside the receive loop (the challenge desk): a closed socket is not its problem."""
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self.ws.send_json(message)
 
 
 async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
@@ -34,6 +42,8 @@ async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
     if not relay.atlas.heartbeat(node_id, time.time(), session.rtt_ms):
         raise LiveError("unknown_node", "post a profile (POST /v1/profiles) before heartbeats")
     relay.metrics.heartbeats += 1
+    if conn.challengee is not None:
+        conn.challengee.node_id = node_id
     if relay.cluster is not None:
         relay.cluster.publish_heartbeat(node_id)
     await conn.ws.send_json({"type": "ack", "seq": session.last_seq})
@@ -44,6 +54,8 @@ async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     rtt = session.pong(message.get("id"), time.perf_counter())
     if session.node_id:
         relay.atlas.heartbeat(session.node_id, time.time(), rtt)
+    if conn.challengee is not None:  # the floor: a pong delayed by the node's own work must not shorten its time
+        conn.challengee.rtt_ms = session.rtt_min_ms
     body = session.link_body(relay.relay_id, time.time())
     if body is not None:
         await conn.ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
@@ -63,8 +75,33 @@ async def on_cosigned(conn: Connection, message: dict[str, Any]) -> None:
         raise LiveError(problem.code, problem.detail or problem.title) from None
 
 
+async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
+    answers = message.get("answers")
+    if not isinstance(answers, list) or "sgemm" not in answers:
+        raise LiveError("invalid_message", "hello names the challenges this client answers: {\"answers\": [\"sgemm\"]}")
+    host = conn.ws.client.host if conn.ws.client else "unknown"
+    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send)
+    conn.challengee.node_id = conn.session.node_id
+    conn.challengee.rtt_ms = conn.session.rtt_min_ms
+
+
+def challengee(conn: Connection) -> Challengee:
+    if conn.challengee is None or conn.challengee.node_id is None:
+        raise LiveError("unknown_challenge", "say hello and send a heartbeat before answering challenges")
+    return conn.challengee
+
+
+async def on_commit(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.challenges.on_commit(challengee(conn), message)
+
+
+async def on_opening(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.challenges.on_opening(challengee(conn), message)
+
+
 HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
-    "heartbeat": on_heartbeat, "pong": on_pong, "bw_ack": on_bw_ack, "cosigned": on_cosigned}
+    "heartbeat": on_heartbeat, "pong": on_pong, "bw_ack": on_bw_ack, "cosigned": on_cosigned, "hello": on_hello,
+    "commit": on_commit, "opening": on_opening}
 
 
 # The probe's payload: random once per process, so it cannot be compressed, without paying os.urandom for
@@ -119,4 +156,5 @@ async def live(ws: WebSocket) -> None:
         pass
     finally:
         ping_task.cancel()
+        relay.challenges.bye(conn.session.session)
         relay.metrics.ws_sessions -= 1

@@ -16,6 +16,7 @@ from capsule.typed import ValidationError
 from common.keys import load_or_create
 from web.atlas import Atlas
 from web.beacon import next_round
+from web.challenge_desk import ChallengeDesk
 from web.config import RelayConfig
 from web.ingest import BeaconBook, Ingest, parse_json
 from web.links import LinkBook
@@ -26,6 +27,15 @@ from web.store import Store, StoreError
 from web.verify_pool import VerifyPool
 
 log = logging.getLogger("ce.relay")
+
+
+def figures_of(profile: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures of a profile, as its history keeps them (units in the names)."""
+    gpus = profile.get("gpus") or []
+    return {"measured_at": profile["measured_at"], "cpu_gflops": profile["cpu"].get("gflops_fp32"),
+            "mem_bw_gbps": profile["cpu"].get("mem_bw_gbps"), "tokens_per_sec": profile["llm"].get("tokens_per_sec"),
+            "gpu_fp16_tflops": sum(g.get("fp16_tflops") or 0 for g in gpus) if gpus else None,
+            "storage_read_mbps": profile["storage"].get("read_mbps")}
 
 
 class Relay:
@@ -42,6 +52,7 @@ class Relay:
         self.metrics = Metrics()
         self.links = LinkBook(self.relay_id, config)
         self.verifier = VerifyPool(config.verify_workers)
+        self.challenges = ChallengeDesk(self)
         # no burst: probes that leave together queue behind each other on the relay's uplink (measured: 64 at
         # once put 200 ms on the heartbeat acks of a 100-session relay)
         self.bw_probe_budget = TokenBuckets(config.bw_probes_per_s, 1)
@@ -59,9 +70,11 @@ class Relay:
         for body in self.store.beacons():
             self.beacons.add(json.loads(body))
         self.links.load([json.loads(body) for body in self.store.all_links()])
+        self.challenges.load([(n, at, json.loads(body)) for n, at, body in self.store.all_challenges()])
         await self.issue_beacon()
         self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
-                       asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep))]
+                       asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
+                       asyncio.create_task(self._every(1.0, self.challenges.tick))]
         if self.config.nats_url:
             from web.cluster import Cluster
 
@@ -126,18 +139,25 @@ class Relay:
                           "retry after the first one is answered")
         self._inflight.add(node_id)
         try:
-            await self.store.write(Store.put_profile_op(node_id, profile["measured_at"], self.relay_id, body, False))
+            await self.store.write(Store.all_of(
+                Store.put_profile_op(node_id, profile["measured_at"], self.relay_id, body, False),
+                Store.put_history_op(node_id, now, "profile", json.dumps(figures_of(profile)).encode(),
+                                     self.config.history_kept)))
         except StoreError as exc:
             log.error("store failed", extra={"error": str(exc)})
             raise Problem(503, "store_unavailable", "the relay cannot store profiles right now", str(exc)) from None
         finally:
             self._inflight.discard(node_id)
         self.atlas.put(profile, self.relay_id, now)
+        self.challenges.refresh(node_id, now)  # a new claim is judged against what was observed
         log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
         if self.cluster is not None:
             self.cluster.publish_profile(node_id, profile["measured_at"], body)
         return (200 if replaced else 201), {"node_id": node_id, "measured_at": profile["measured_at"],
                                             "status": "replaced" if replaced else "stored"}
+
+    def history(self, node_id: str, limit: int) -> list[dict[str, Any]]:
+        return [{**json.loads(body), "at": at, "event": kind} for at, kind, body in self.store.history(node_id, limit)]
 
     def sign_link(self, body: dict[str, Any]) -> dict[str, Any]:
         return sign("LinkSample", body, self.key, "sig_b")

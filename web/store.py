@@ -29,6 +29,13 @@ CREATE TABLE IF NOT EXISTS links (
     body BLOB NOT NULL,        -- the co-signed LinkSample (JSON)
     PRIMARY KEY (a, b)
 );
+CREATE TABLE IF NOT EXISTS history (
+    node_id TEXT NOT NULL,
+    at REAL NOT NULL,              -- unix time of the event
+    kind TEXT NOT NULL,            -- 'profile' (its figures) | 'challenge' (its result)
+    body BLOB NOT NULL             -- JSON
+);
+CREATE INDEX IF NOT EXISTS history_by_node ON history (node_id, at);
 CREATE TABLE IF NOT EXISTS beacons (
     round INTEGER PRIMARY KEY,
     body BLOB NOT NULL
@@ -117,6 +124,14 @@ class Store:
     # --- operations -------------------------------------------------------------------------------
 
     @staticmethod
+    def all_of(*ops: Op) -> Op:
+        """Several writes in one transaction (one fsync)."""
+        def op(conn: sqlite3.Connection) -> None:
+            for each in ops:
+                each(conn)
+        return op
+
+    @staticmethod
     def put_profile_op(node_id: str, measured_at: int, origin: str, body: bytes, synced: bool) -> Op:
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -149,6 +164,25 @@ class Store:
                 "measured_at=excluded.measured_at, body=excluded.body WHERE excluded.measured_at >= links.measured_at",
                 (*key, measured_at, body))
         return op
+
+    @staticmethod
+    def put_history_op(node_id: str, at: float, kind: str, body: bytes, keep: int) -> Op:
+        """Appends an event to a node's history and drops the oldest beyond `keep`."""
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO history (node_id, at, kind, body) VALUES (?, ?, ?, ?)", (node_id, at, kind, body))
+            conn.execute("DELETE FROM history WHERE node_id=? AND rowid NOT IN (SELECT rowid FROM history "
+                         "WHERE node_id=? ORDER BY at DESC LIMIT ?)", (node_id, node_id, keep))
+        return op
+
+    def history(self, node_id: str, limit: int) -> list[tuple[float, str, bytes]]:
+        """A node's latest events, oldest first."""
+        rows = self._reader.execute("SELECT at, kind, body FROM history WHERE node_id=? ORDER BY at DESC LIMIT ?",
+                                    (node_id, limit)).fetchall()
+        return [(r[0], r[1], bytes(r[2])) for r in reversed(rows)]
+
+    def all_challenges(self) -> Iterator[tuple[str, float, bytes]]:
+        """Every stored challenge result in time order (the relay replays them into its trust state)."""
+        yield from self._reader.execute("SELECT node_id, at, body FROM history WHERE kind='challenge' ORDER BY at")
 
     def all_links(self) -> list[bytes]:
         return [bytes(r[0]) for r in self._reader.execute("SELECT body FROM links ORDER BY measured_at")]

@@ -26,6 +26,9 @@ typedef struct {
  * Returns 0 on success (including a reported skip or a failed check, which the report states),
  * 2 with config->error set for a usage problem, 1 for an internal failure such as out-of-memory. */
 int ce_probe_sgemm(const ce_probe_config *config, ce_json *j);
+/* The sgemm probe's inputs: A then B (n x n, row-major), uniform in [-1, 1) from the splitmix64 stream of
+ * seed ^ "sgemm". The relay's challenge checks regenerate them the same way (capsule/challenge.py). */
+void ce_sgemm_inputs(uint64_t seed, int n, float *a, float *b);
 int ce_probe_stream(const ce_probe_config *config, ce_json *j);
 int ce_probe_disk(const ce_probe_config *config, ce_json *j);
 int ce_probe_llm(const ce_probe_config *config, ce_json *j);

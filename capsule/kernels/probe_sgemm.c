@@ -34,6 +34,13 @@ static double check_product(int n, const float *a, const float *b, const float *
     return worst;
 }
 
+void ce_sgemm_inputs(uint64_t seed, int n, float *a, float *b) {
+    size_t count = (size_t)n * n;
+    ce_rng rng = {seed ^ 0x7367656d6dULL};
+    for (size_t i = 0; i < count; ++i) a[i] = ce_rng_uniform(&rng);
+    for (size_t i = 0; i < count; ++i) b[i] = ce_rng_uniform(&rng);
+}
+
 int ce_probe_sgemm(const ce_probe_config *config, ce_json *j) {
     int n = config->sgemm_n;
     size_t count = (size_t)n * n;
@@ -43,9 +50,7 @@ int ce_probe_sgemm(const ce_probe_config *config, ce_json *j) {
         ce_log("sgemm: cannot allocate 3 x %d x %d floats\n", n, n);
         return 1;
     }
-    ce_rng rng = {config->seed ^ 0x7367656d6dULL};
-    for (size_t i = 0; i < count; ++i) a[i] = ce_rng_uniform(&rng);
-    for (size_t i = 0; i < count; ++i) b[i] = ce_rng_uniform(&rng);
+    ce_sgemm_inputs(config->seed, n, a, b);
 
     int64_t t0 = ce_now_ns();
 #if defined(CE_INJECT_FAULT) && CE_INJECT_FAULT == 1

@@ -6,6 +6,7 @@
  *
  * Imports (module "env"): ce_clock_us() -> f64, unix time in microseconds (clock.h);
  * ce_log(ptr, len), one line of the human summary. */
+#include "challenge.h"
 #include "driver.h"
 #include "llm.h"
 #include "log.h"
@@ -94,3 +95,12 @@ EXPORT("ce_llm_new") ce_llm *x_llm_new(uint32_t seed_lo, uint32_t seed_hi) {
 EXPORT("ce_llm_free") void x_llm_free(ce_llm *m) { ce_llm_free(m); }
 EXPORT("ce_llm_forward") int x_llm_forward(ce_llm *m, int token, int pos) { return ce_llm_forward(m, token, pos); }
 EXPORT("ce_llm_logits") const float *x_llm_logits(const ce_llm *m) { return ce_llm_logits(m); }
+
+/* A relay's challenge (challenge.c): compute and commit, then open rows on request. */
+EXPORT("ce_challenge_sgemm") int x_challenge_sgemm(uint32_t seed_lo, uint32_t seed_hi, int n) {
+    return ce_challenge_sgemm((uint64_t)seed_hi << 32 | seed_lo, n);
+}
+EXPORT("ce_challenge_root") const uint8_t *x_challenge_root(void) { return ce_challenge_root(); }
+EXPORT("ce_challenge_row") const float *x_challenge_row(int i) { return ce_challenge_row(i); }
+EXPORT("ce_challenge_proof") int x_challenge_proof(int i, uint8_t *out) { return ce_challenge_proof(i, out); }
+EXPORT("ce_challenge_release") void x_challenge_release(void) { ce_challenge_release(); }

@@ -1,0 +1,79 @@
+"""A node's answers to its relay's challenges (protocol in web/challenges.py), computed by the capsule's
+reactor: each instance runs in its own wasm instance on its own thread (ctypes releases the GIL, as in
+host_runner/cpu.py), so a challenge split over k instances uses k cores like the probe it checks."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capsule.challenge import encode_row
+from host_runner.wasm import CapsuleError, Reactor, default_engine
+
+PROOF_BYTES = 32 * 12  # sibling hashes of a 2048-leaf tree (capsule/kernels/challenge.h: CE_CHALLENGE_MAX_N)
+
+
+class SgemmAnswer:
+    """One challenge: `commit` computes every instance's product and returns the Merkle roots (hex);
+    `open` returns the named rows with their proofs. Holds the reactors (and their products) in between."""
+
+    def __init__(self, reactor_wasm: Path, seeds: list[int], n: int) -> None:
+        self.wasm = reactor_wasm
+        self.seeds = seeds
+        self.n = n
+        self.reactors: list[Reactor] = []
+
+    def commit(self) -> list[str]:
+        engine = default_engine()
+        reactors: list[Reactor | None] = [None] * len(self.seeds)
+        roots: list[str] = [""] * len(self.seeds)
+        errors: list[str] = []
+
+        def work(i: int) -> None:
+            try:
+                reactor = Reactor(self.wasm, engine)
+                seed = self.seeds[i]
+                rc = int(reactor.call("ce_challenge_sgemm", seed & 0xFFFFFFFF, seed >> 32, self.n))
+                if rc != 0:
+                    raise CapsuleError(f"the capsule could not compute the challenge (code {rc}, n={self.n})")
+                roots[i] = bytes(reactor.get(int(reactor.call("ce_challenge_root")), np.uint8, (32,))).hex()
+                reactors[i] = reactor
+            except (CapsuleError, OSError) as exc:  # reported by commit(), never lost in a thread
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=work, args=(i,), name=f"challenge-{i}") for i in range(len(self.seeds))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise CapsuleError(errors[0])
+        self.reactors = [r for r in reactors if r is not None]
+        return roots
+
+    def open(self, rows: list[Any]) -> list[dict[str, Any]]:
+        """rows: [[instance, row], ...] as the relay named them; invalid entries raise ValueError."""
+        out = []
+        for item in rows:
+            if (not isinstance(item, list) or len(item) != 2 or not all(type(v) is int for v in item)
+                    or not 0 <= item[0] < len(self.reactors) or not 0 <= item[1] < self.n):
+                raise ValueError(f"not an [instance, row] of this challenge: {item!r:.60}")
+            reactor = self.reactors[item[0]]
+            row = reactor.get(int(reactor.call("ce_challenge_row", item[1])), np.float32, (self.n,))
+            buf = int(reactor.call("ce_alloc", PROOF_BYTES))
+            try:
+                count = int(reactor.call("ce_challenge_proof", item[1], buf))
+                proof = reactor.get(buf, np.uint8, (max(count, 0) * 32,)).tobytes()
+            finally:
+                reactor.call("ce_free", buf)
+            out.append({"instance": item[0], "row": item[1], "values": encode_row(row),
+                        "proof": [proof[i:i + 32].hex() for i in range(0, len(proof), 32)]})
+        return out
+
+    def release(self) -> None:
+        for reactor in self.reactors:
+            reactor.call("ce_challenge_release")
+        self.reactors = []

@@ -1,0 +1,211 @@
+"""The relay's side of challenges, over the pure parts (web/challenges.py, web/trust.py): which sessions
+are challenged when, the answers of WS /v1/live, trust state, and the history they leave in the store.
+
+Sessions that share a host (the same source address) are challenged at the same moment, so identities on
+one machine share what that machine can do instead of each showing the whole of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import secrets
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from capsule.challenge import ChallengeError
+from web.challenges import Challenge, check_opened, new_challenge, next_gap_s, on_commit, parse_opening
+from web.stats import MILLI, Contribution
+from web.store import Store
+from web.trust import Trust
+
+if TYPE_CHECKING:
+    from web.relay import Relay
+
+log = logging.getLogger("ce.challenges")
+
+
+@dataclass(eq=False)
+class Challengee:
+    """One session that said hello: how to reach it and its challenge in flight."""
+
+    session_id: str
+    host: str
+    send: Any                                  # async (message: dict) -> None
+    node_id: str | None = None
+    rtt_ms: float | None = None
+    challenge: Challenge | None = None
+    done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
+
+
+class ChallengeDesk:
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.config = relay.config
+        self.sessions: dict[str, Challengee] = {}
+        self.next_at: dict[str, float] = {}       # host -> unix time of its next challenge round
+        self.rounds: dict[str, int] = defaultdict(int)
+        self.trust: dict[str, Trust] = {}
+        self.rng = random.Random(secrets.randbits(64))
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def load(self, results: list[tuple[str, float, dict[str, Any]]]) -> None:
+        """Replays stored results (oldest first) into the trust state at start."""
+        for node_id, at, result in results:
+            self.trust.setdefault(node_id, Trust(decayed_at=at)).record(
+                bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config)
+        for node_id in self.trust:
+            self.refresh(node_id, time.time())
+
+    def trust_json(self, node_id: str, now: float) -> dict[str, Any]:
+        entry = self.relay.atlas.nodes.get(node_id)
+        claimed = entry.claimed_gflops if entry else None
+        return self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config)
+
+    def status(self, node_id: str, now: float) -> str:
+        entry = self.relay.atlas.nodes.get(node_id)
+        trust = self.trust.get(node_id)
+        if entry is None or trust is None:
+            return "unverified"
+        return trust.judge(entry.claimed_gflops, now, self.config)[0]
+
+    def refresh(self, node_id: str, now: float) -> None:
+        """Recomputes what the node adds to the verified scoreboard (after a result or a new profile)."""
+        entry = self.relay.atlas.nodes.get(node_id)
+        trust = self.trust.get(node_id)
+        if entry is None:
+            return
+        if trust is None or trust.judge(entry.claimed_gflops, now, self.config)[0] != "verified":
+            self.relay.atlas.set_verified(node_id, Contribution())
+            return
+        counted = trust.counted_gflops(entry.claimed_gflops, self.config)
+        self.relay.atlas.set_verified(node_id, Contribution(cores=entry.contribution.cores,
+                                                            cpu_mgflops=round(counted * MILLI)))
+
+    def verified_count(self) -> int:
+        return len(self.relay.atlas.global_verified)
+
+    # --- sessions ---------------------------------------------------------------------------------
+
+    def hello(self, session_id: str, host: str, send: Any) -> Challengee:
+        who = self.sessions.get(session_id) or Challengee(session_id, host, send)
+        self.sessions[session_id] = who
+        self.next_at.setdefault(host, time.time() + self.config.challenge_first_after_s)
+        return who
+
+    def bye(self, session_id: str) -> None:
+        who = self.sessions.pop(session_id, None)
+        if who is not None and who.challenge is not None:
+            # leaving with a challenge in flight is a missed answer, not an escape
+            asyncio.get_running_loop().create_task(
+                self._finish(who, False, "late", "the session closed before the answer", notify=False))
+
+    async def tick(self) -> None:
+        """Once a second: expire answers that are overdue, and start the rounds that are due."""
+        now_wall, now, config = time.time(), time.perf_counter(), self.config
+        for who in list(self.sessions.values()):
+            ch = who.challenge
+            if ch is None:
+                continue
+            if ch.roots is None and now - ch.sent_at > config.challenge_commit_timeout_s:
+                await self._finish(who, False, "late", f"no commitment within {config.challenge_commit_timeout_s:g} s")
+            elif ch.open_sent_at is not None and now - ch.open_sent_at > config.challenge_open_timeout_s:
+                await self._finish(who, False, "late", f"no opening within {config.challenge_open_timeout_s:g} s")
+        by_host: dict[str, list[Challengee]] = defaultdict(list)
+        for who in self.sessions.values():
+            if who.node_id is not None:
+                by_host[who.host].append(who)
+        for host, group in by_host.items():
+            if self.next_at.get(host, now_wall) <= now_wall and all(w.challenge is None for w in group):
+                await self._challenge_host(host, group, now_wall)
+
+    async def _challenge_host(self, host: str, group: list[Challengee], now_wall: float) -> None:
+        beacon = self.relay.beacons.latest
+        if beacon is None:
+            return
+        verified = all(self.status(w.node_id, now_wall) == "verified" for w in group if w.node_id)
+        first = min(w.node_id for w in group if w.node_id)
+        self.next_at[host] = now_wall + next_gap_s(beacon["value"], first, self.rounds[host], verified, self.config)
+        self.rounds[host] += 1
+        for who in group:
+            entry = self.relay.atlas.nodes.get(who.node_id or "")
+            if entry is None or entry.claimed_gflops is None:
+                continue
+            ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, beacon,
+                               secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
+            who.challenge = ch
+            await who.send(ch.message(self.config))
+
+    # --- answers ----------------------------------------------------------------------------------
+
+    def _current(self, who: Challengee, message: dict[str, Any]) -> Challenge:
+        cid = message.get("id")
+        if who.challenge is not None and cid == who.challenge.id:
+            return who.challenge
+        if isinstance(cid, str) and cid in who.done_ids:
+            raise ChallengeError("replayed", "this challenge was already answered")
+        raise ChallengeError("unknown_challenge", "no challenge with this id is in flight on this session")
+
+    async def on_commit(self, who: Challengee, message: dict[str, Any]) -> None:
+        try:
+            ch = self._current(who, message)
+            await who.send(on_commit(ch, message, time.perf_counter(), self.rng, self.config))
+        except ChallengeError as exc:
+            await self._fail(who, exc)
+
+    async def on_opening(self, who: Challengee, message: dict[str, Any]) -> None:
+        try:
+            ch = self._current(who, message)
+            opened = parse_opening(ch, message, time.perf_counter(), self.config)
+            # the recomputation is O(rows x n^2) in numpy (which releases the GIL): off the event loop
+            worst = await asyncio.to_thread(check_opened, ch, opened)
+        except ChallengeError as exc:
+            await self._fail(who, exc)
+            return
+        await self._finish(who, True, "passed", f"rows match (worst error ratio {worst:.3g} of the fp32 bound)")
+
+    async def _fail(self, who: Challengee, exc: ChallengeError) -> None:
+        if who.challenge is None or exc.code in ("unknown_challenge", "replayed"):
+            await self._record_failure_without_challenge(who, exc)
+            return
+        await self._finish(who, False, exc.code, exc.detail)
+
+    async def _record_failure_without_challenge(self, who: Challengee, exc: ChallengeError) -> None:
+        """A reply naming no challenge in flight still counts against the node (item: bad replies are failures)."""
+        now = time.time()
+        if who.node_id is not None:
+            self.trust.setdefault(who.node_id, Trust(decayed_at=now)).record(False, exc.code, None, now, self.config)
+            self.refresh(who.node_id, now)
+            await self._store(who.node_id, now, {"passed": False, "code": exc.code, "detail": exc.detail})
+        await who.send({"type": "challenge_result", "id": None, "passed": False, "code": exc.code,
+                        "detail": exc.detail, "observed_gflops": None})
+
+    async def _finish(self, who: Challengee, passed: bool, code: str, detail: str, notify: bool = True) -> None:
+        ch = who.challenge
+        if ch is None:
+            return
+        who.challenge = None
+        who.done_ids = {*list(who.done_ids)[-15:], ch.id}
+        now = time.time()
+        observed = ch.observed_gflops if passed else None
+        trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
+        trust.record(passed, code, observed, now, self.config)
+        self.refresh(ch.node_id, now)
+        result = {**ch.record(), "passed": passed, "code": code, "detail": detail}
+        if not passed:
+            result["observed_gflops"] = None
+        log.info("challenge", extra={"node_id": ch.node_id, "passed": passed, "code": code,
+                                     "observed_gflops": result["observed_gflops"], "n": ch.n})
+        await self._store(ch.node_id, now, result)
+        if notify:
+            await who.send({"type": "challenge_result", "id": ch.id, "passed": passed, "code": code, "detail": detail,
+                            "observed_gflops": result["observed_gflops"]})
+
+    async def _store(self, node_id: str, now: float, result: dict[str, Any]) -> None:
+        await self.relay.store.write(Store.put_history_op(node_id, now, "challenge", json.dumps(result).encode(),
+                                                          self.config.history_kept))

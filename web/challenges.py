@@ -1,0 +1,141 @@
+"""Challenges over the live session, as pure functions (time passed in; the arithmetic is capsule/challenge.py).
+
+node -> relay  {"type": "hello", "answers": ["sgemm"]}          the session opts in to challenges
+relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "seeds": [HEX16, ...],
+                "beacon_round": R, "nonce": HEX, "commit_within_s": S}
+node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...]}     one Merkle root per seed (instance)
+relay -> node  {"type": "open", "id": HEX, "rows": [[instance, row], ...]}   drawn after the commitment
+node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row", "values": BASE64, "proof": [HEX64]}]}
+relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
+                "observed_gflops": X | null}
+
+The relay times the commitment on its own clock: observed GFLOP/s = instances x 2 n^3 / (commitment received
+- challenge sent - session RTT). Every failure has a stable code (late, malformed_commit, wrong_proof,
+wrong_rows, malformed_opening, unknown_challenge, replayed) and counts against the node (web/trust.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from capsule.challenge import ChallengeError, check_proof, check_rows, decode_row, instance_seed, order_for
+from web.config import RelayConfig
+
+
+@dataclass
+class Challenge:
+    id: str
+    node_id: str
+    n: int
+    seeds: list[int]
+    beacon_round: int
+    nonce: str
+    claimed_gflops: float
+    sent_at: float                     # perf_counter seconds
+    rtt_ms: float
+    roots: list[bytes] | None = None
+    commit_s: float | None = None      # commitment received - sent - RTT
+    rows: list[tuple[int, int]] = field(default_factory=list)
+    open_sent_at: float | None = None
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.n ** 3 * len(self.seeds)
+
+    @property
+    def observed_gflops(self) -> float | None:
+        return self.flops / self.commit_s / 1e9 if self.commit_s else None
+
+    def message(self, config: RelayConfig) -> dict[str, Any]:
+        return {"type": "challenge", "id": self.id, "kind": "sgemm", "n": self.n,
+                "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round, "nonce": self.nonce,
+                "commit_within_s": config.challenge_commit_timeout_s}
+
+    def record(self) -> dict[str, Any]:
+        """What the history keeps: enough for anyone to recompute the challenge from the beacon."""
+        return {"id": self.id, "kind": "sgemm", "n": self.n, "instances": len(self.seeds),
+                "beacon_round": self.beacon_round, "nonce": self.nonce,
+                "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}')",
+                "claimed_gflops": self.claimed_gflops, "rtt_ms": round(self.rtt_ms, 3),
+                "commit_s": round(self.commit_s, 4) if self.commit_s else None,
+                "observed_gflops": round(self.observed_gflops, 3) if self.observed_gflops else None,
+                "rows": [list(r) for r in self.rows]}
+
+
+def new_challenge(node_id: str, claimed_gflops: float, instances: int, beacon: dict[str, Any], nonce: str,
+                  rtt_ms: float | None, now: float, config: RelayConfig) -> Challenge:
+    k = max(1, min(instances, config.challenge_max_instances))
+    n = order_for(claimed_gflops, k, config.challenge_target_s)
+    seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
+    return Challenge(nonce[:16], node_id, n, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0)
+
+
+def next_gap_s(beacon_value: str, node_id: str, count: int, verified: bool, config: RelayConfig) -> float:
+    """Seconds until a node's next challenge: the mean for its state x (1 +- spread), drawn from the beacon,
+    the node and how many challenges it had, so no node can pick or predict its moment."""
+    digest = hashlib.sha256(f"ce-bench/v1/challenge-at/{beacon_value}/{node_id}/{count}".encode()).digest()
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    mean = config.challenge_interval_s if verified else config.challenge_interval_unverified_s
+    return mean * (1 + config.challenge_spread * (2 * u - 1))
+
+
+def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Random,
+              config: RelayConfig) -> dict[str, Any]:
+    """Takes the commitment and draws the rows to open; the open message. Raises ChallengeError."""
+    if ch.roots is not None:
+        raise ChallengeError("replayed", "this challenge was already committed")
+    elapsed = now - ch.sent_at
+    if elapsed > config.challenge_commit_timeout_s:
+        raise ChallengeError("late", f"committed after {elapsed:.1f} s; the limit is "
+                                     f"{config.challenge_commit_timeout_s:g} s")
+    roots = message.get("roots")
+    if (not isinstance(roots, list) or len(roots) != len(ch.seeds)
+            or not all(isinstance(r, str) and len(r) == 64 for r in roots)):
+        raise ChallengeError("malformed_commit", f"expected {len(ch.seeds)} roots of 64 hex digits")
+    try:
+        ch.roots = [bytes.fromhex(r) for r in roots]
+    except ValueError:
+        raise ChallengeError("malformed_commit", "a root is not hex") from None
+    ch.commit_s = max(elapsed - ch.rtt_ms / 1000, 1e-6)
+    ch.rows = [(i, rng.randrange(ch.n)) for i in range(len(ch.seeds))
+               for _ in range(config.challenge_rows_per_instance)]
+    ch.open_sent_at = now
+    return {"type": "open", "id": ch.id, "rows": [list(r) for r in ch.rows]}
+
+
+def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
+                  config: RelayConfig) -> dict[int, dict[int, np.ndarray]]:
+    """The opened rows, proofs checked against the commitment: {instance: {row: values}}. Cheap (hashes);
+    the recomputation (check_opened) is the expensive part. Raises ChallengeError."""
+    if ch.roots is None or ch.open_sent_at is None:
+        raise ChallengeError("unknown_challenge", "no commitment to open yet")
+    if now - ch.open_sent_at > config.challenge_open_timeout_s:
+        raise ChallengeError("late", f"opened after {now - ch.open_sent_at:.1f} s")
+    items = message.get("rows")
+    if not isinstance(items, list) or len(items) != len(ch.rows):
+        raise ChallengeError("malformed_opening", f"expected {len(ch.rows)} opened rows")
+    opened: dict[int, dict[int, np.ndarray]] = {}
+    for (instance, row), item in zip(ch.rows, items, strict=True):
+        if not isinstance(item, dict) or item.get("instance") != instance or item.get("row") != row:
+            raise ChallengeError("malformed_opening", f"expected row {row} of instance {instance} in the order asked")
+        raw = decode_row(item.get("values"), ch.n)
+        proof = item.get("proof")
+        if not isinstance(proof, list) or not all(isinstance(h, str) and len(h) == 64 for h in proof):
+            raise ChallengeError("malformed_opening", "a proof is a list of 64-hex-digit hashes")
+        try:
+            siblings = [bytes.fromhex(h) for h in proof]
+        except ValueError:
+            raise ChallengeError("malformed_opening", "a proof hash is not hex") from None
+        check_proof(raw, row, siblings, ch.roots[instance], ch.n)
+        opened.setdefault(instance, {})[row] = np.frombuffer(raw, "<f4")
+    return opened
+
+
+def check_opened(ch: Challenge, opened: dict[int, dict[int, np.ndarray]]) -> float:
+    """Recomputes the opened rows (O(rows x n^2), run off the event loop); the worst error ratio."""
+    return max(check_rows(ch.seeds[instance], ch.n, rows) for instance, rows in opened.items())
