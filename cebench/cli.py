@@ -58,7 +58,8 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
         post_profile(local, result.profile)
     except RelayError as exc:
         raise UserError(str(exc)) from None
-    session = LiveSession(local, key, context).start()
+    reactor = capsule.with_name("capsule-reactor.wasm")  # answers the relay's challenges (web/challenges.py)
+    session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None).start()
     click.echo(f"this machine is node {key.node_id}")
     click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
     lan = lan_address()

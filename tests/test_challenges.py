@@ -28,7 +28,7 @@ from web.challenges import check_opened, new_challenge, on_commit, parse_opening
 from web.config import RelayConfig
 from web.trust import Trust
 
-BEACON = {"round": 7, "value": "ab" * 32}
+BEACON: dict[str, Any] = {"round": 7, "value": "ab" * 32}
 CONFIG = RelayConfig()
 
 
@@ -145,6 +145,7 @@ def test_trust_states() -> None:
     assert t.judge(50.0, 0.0, config)[0] == "unverified"
     t.record(True, "passed", 45.0, 10.0, config)
     assert t.judge(50.0, 10.0, config)[0] == "unverified"  # one pass is not enough
+    assert t.judge(500.0, 10.0, config)[0] == "unverified"  # nor is one observation enough to flag a claim
     t.record(True, "passed", 30.0, 20.0, config)
     assert t.judge(50.0, 20.0, config)[0] == "verified"
     assert t.counted_gflops(50.0, config) == 50.0        # within 1.25 x the best observed

@@ -176,7 +176,8 @@ def test_live_messages(relay: RelayProcess, bystander: LiveSession) -> None:
     url = relay.url.replace("http://", "ws://") + "/v1/live"
 
     @FUZZ
-    @given(kind=st.sampled_from(MESSAGE_TYPES), field=st.sampled_from(["heartbeat", "id", "n", "sample", "seq", "answers", "roots", "rows"]),
+    @given(kind=st.sampled_from(MESSAGE_TYPES),
+           field=st.sampled_from(["heartbeat", "id", "n", "sample", "seq", "answers", "roots", "rows"]),
            value=json_values(), raw=st.binary(max_size=200) | st.text(max_size=200), use_raw=st.booleans())
     # issue 11, 2026-12-02: a canonicalisation ValueError in "cosigned" escaped the handler and closed the session
     @example(kind="cosigned", field="sample", value={"a": "x", "rtt_ms": float("nan")}, raw=b"", use_raw=False)

@@ -58,10 +58,14 @@ def test_stats_sum_live_nodes_once(tmp_path: Path) -> None:
                                   tps=100.0)
         assert r.post("/v1/profiles", again)[0] == 200  # replaced: counted once, with its new figure
         _, stats, _ = r.get("/stats")
-        assert stats["nodes"] == 3 and stats["cpu_cores"] == 6
-        assert stats["cpu_gflops"] == 90.0 and stats["tokens_per_sec"] == 300.0
-        assert stats["gpus"] == 3 and stats["storage_free_gb"] == 240
-        assert stats["perf_score"] == pytest.approx(0.4 * 90 / 75 + 0.4 * 0.006 / 10 + 0.2 * 300 / 200)
+        claimed = stats["claimed"]
+        assert claimed["nodes"] == 3 and claimed["cpu_cores"] == 6
+        assert claimed["cpu_gflops"] == 90.0 and claimed["tokens_per_sec"] == 300.0
+        assert claimed["gpus"] == 3 and claimed["storage_free_gb"] == 240
+        assert claimed["perf_score"] == pytest.approx(0.4 * 90 / 75 + 0.4 * 0.006 / 10 + 0.2 * 300 / 200)
+        # no challenge observed any of them: the scoreboard itself counts nothing yet (tests/test_trust.py)
+        assert stats["nodes"] == 3 and stats["verified_nodes"] == 0
+        assert stats["cpu_cores"] == 0 and stats["cpu_gflops"] == 0 and stats["perf_score"] == 0
         assert stats["mesh"] == {"median_rtt_ms": None, "reachable_frac": None, "regions": None}
 
 

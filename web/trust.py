@@ -5,8 +5,9 @@ behaviour matters most, and failures weigh more than passes. A node is
 
 - verified   once `trust_min_passes` challenges passed, no recent failure outweighs them, and its claimed
              GFLOP/s is within `trust_flag_factor` of the best throughput the relay observed;
-- flagged    when its decayed failure weight reaches `trust_flag_failures` (one wrong answer does), or its
-             claim exceeds the best observed throughput by more than `trust_flag_factor`;
+- flagged    when its decayed failure weight reaches `trust_flag_failures` (one wrong answer does), or, once
+             `trust_min_passes` challenges passed, its claim exceeds the best observed throughput by more than
+             `trust_flag_factor`;
 - unverified otherwise (too few challenges yet, or a client that does not answer them).
 
 What a node adds to the verified scoreboard is its claim capped at best observed x `trust_cap_factor`;
@@ -72,7 +73,9 @@ class Trust:
         if self.failed >= config.trust_flag_failures:
             return "flagged", f"failed challenges recently (last: {self.last_code})"
         best = self.best_gflops
-        if claimed_gflops and best is not None and claimed_gflops > best * config.trust_flag_factor:
+        # judged on the best of several: one busy moment is not a lie
+        if (claimed_gflops and best is not None and self.passes_total >= config.trust_min_passes
+                and claimed_gflops > best * config.trust_flag_factor):
             return "flagged", (f"claims {claimed_gflops:.1f} GFLOP/s; the best the relay observed is {best:.1f} "
                                f"(more than {config.trust_flag_factor:g}x apart)")
         if self.passes_total < config.trust_min_passes:

@@ -1,0 +1,228 @@
+"""Verified, not claimed (issue 10), against real relay processes and the real capsule: an honest
+`ce-bench node` becomes verified and stays so while other processes keep both cores busy; a node that signs
+3x its real figures is flagged and adds nothing verified; wrong commitments and wrong rows fail; a key
+without a live session stays unverified. The wrong answers are injected through LiveSession's
+answer_factory: failure injection a real capsule cannot do."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+
+from capsule.signing import sign
+from common.keys import NodeKey
+from host_runner.challenge_answer import SgemmAnswer
+from host_runner.live_client import LiveSession
+from host_runner.node import RunOptions, measure
+from host_runner.relay_client import fetch_beacon, post_profile
+from tests.relay_process import CLI, RelayProcess
+
+FAST = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
+        "--heartbeat-interval", "0.5"]
+VERIFY_WITHIN_S = 180  # the issue's bound for an honest node (and for flagging a liar)
+
+
+def wait_for(relay: RelayProcess, node_id: str, done: Callable[[dict[str, Any]], bool], within_s: float,
+             what: str, each: Callable[[dict[str, Any]], None] = lambda body: None) -> dict[str, Any]:
+    deadline = time.monotonic() + within_s
+    while True:
+        status, body, _ = relay.get(f"/v1/nodes/{node_id}")
+        if status == 200:
+            each(body)
+            if done(body):
+                return dict(body)
+        assert time.monotonic() < deadline, f"{what}: not within {within_s} s; last: {body}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayProcess]:
+    with RelayProcess(tmp_path_factory.mktemp("trust") / "relay", *FAST) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def measured(relay: RelayProcess, artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real profile of this machine, measured against the relay's beacon (re-signed below for each key)."""
+    opts = RunOptions(capsule=artifacts.capsule, phase_budget_ms=500, gpu=False, jitter=False,
+                      scratch=tmp_path_factory.mktemp("scratch"))
+    return measure(NodeKey.generate(), fetch_beacon(relay.url), opts).profile
+
+
+def registered(relay: RelayProcess, measured: dict[str, Any], gflops_factor: float = 1.0) -> NodeKey:
+    """A fresh key whose profile (the measured one, CPU figure scaled) the relay accepted."""
+    key = NodeKey.generate()
+    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
+    body["node_id"] = key.node_id
+    body["cpu"]["gflops_fp32"] = round(body["cpu"]["gflops_fp32"] * gflops_factor, 4)
+    post_profile(relay.url, sign("NodeProfile", body, key))
+    return key
+
+
+def stats(relay: RelayProcess) -> dict[str, Any]:
+    return dict(relay.get("/stats")[1])
+
+
+def test_overstating_node_is_flagged_and_counts_nothing(relay: RelayProcess, measured: dict[str, Any],
+                                                        artifacts: Any) -> None:
+    key = registered(relay, measured, gflops_factor=3.0)
+    session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor).start()
+    try:
+        body = wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", VERIFY_WITHIN_S,
+                        "a node claiming 3x its speed is flagged")
+        trust = body["trust"]
+        assert trust["challenges"]["passed"] >= 2 and "observed" in trust["reason"]  # its answers were right
+        claimed = body["profile"]["cpu"]["gflops_fp32"]
+        assert trust["observed"]["gflops_fp32"] * 2 < claimed
+        s = stats(relay)
+        assert s["claimed"]["cpu_gflops"] >= claimed - 0.001  # (milli-unit sums) the claim is visible as a claim ...
+        assert s["cpu_gflops"] == 0 and s["verified_nodes"] == 0  # ... and counts for nothing verified
+        events = relay.get(f"/v1/nodes/{key.node_id}/history")[1]["events"]
+        assert [e["event"] for e in events][0] == "profile"
+        assert all(e["passed"] for e in events if e["event"] == "challenge")
+    finally:
+        session.stop()
+
+
+class WrongInputs(SgemmAnswer):
+    """Computes and commits honestly, but the product of other inputs: proofs hold, rows do not."""
+
+    def __init__(self, wasm: Path, seeds: list[int], n: int) -> None:
+        super().__init__(wasm, [s ^ 1 for s in seeds], n)
+
+
+class WrongRoots(SgemmAnswer):
+    """Commits to roots it did not compute: no opening can match them."""
+
+    def commit(self) -> list[str]:
+        super().commit()
+        return [os.urandom(32).hex() for _ in self.seeds]
+
+
+class AlteredRows(SgemmAnswer):
+    """Opens the committed rows with one value changed."""
+
+    def open(self, rows: list[Any]) -> list[dict[str, Any]]:
+        out = super().open(rows)
+        values = np.frombuffer(__import__("base64").b64decode(out[0]["values"]), "<f4").copy()
+        values[0] += 1.0
+        out[0]["values"] = __import__("base64").b64encode(values.tobytes()).decode()
+        return out
+
+
+@pytest.mark.parametrize(("answer", "code"), [(WrongInputs, "wrong_rows"), (WrongRoots, "wrong_proof"),
+                                              (AlteredRows, "wrong_proof")])
+def test_wrong_answers_fail_and_flag(relay: RelayProcess, measured: dict[str, Any], artifacts: Any,
+                                     answer: type[SgemmAnswer], code: str) -> None:
+    key = registered(relay, measured)
+    session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, answer_factory=answer).start()
+    try:
+        body = wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", 60, f"{answer.__name__}")
+        assert body["trust"]["challenges"]["failed"] >= 1 and body["trust"]["challenges"]["passed"] == 0
+        assert session.results and not session.results[0]["passed"] and session.results[0]["code"] == code
+        assert stats(relay)["verified_nodes"] == 0
+    finally:
+        session.stop()
+
+
+def test_profile_without_live_session_stays_unverified(relay: RelayProcess, measured: dict[str, Any]) -> None:
+    key = registered(relay, measured)
+    s = stats(relay)  # at once: without heartbeats the node is offline after 3 intervals (1.5 s here)
+    assert s["verified_nodes"] == 0 and s["cpu_gflops"] == 0
+    assert s["claimed"]["cpu_gflops"] >= measured["cpu"]["gflops_fp32"] - 0.001
+    time.sleep(3)  # three challenge intervals: nothing may happen to a node that never said hello
+    body = relay.get(f"/v1/nodes/{key.node_id}")[1]
+    assert body["trust"]["status"] == "unverified" and body["trust"]["challenges"]["passed"] == 0
+    assert "hello" in body["trust"]["reason"]
+
+
+def test_bad_replies_get_stable_codes_and_keep_the_session(relay: RelayProcess, measured: dict[str, Any]) -> None:
+    key = registered(relay, measured)
+    with connect(relay.url.replace("http://", "ws://") + "/v1/live", open_timeout=10) as ws:
+        welcome = json.loads(ws.recv(timeout=10))
+
+        def answer_to(message: dict[str, Any]) -> dict[str, Any]:
+            ws.send(json.dumps(message))
+            while True:  # skip pings and acks
+                frame = json.loads(ws.recv(timeout=10))
+                if frame["type"] in ("error", "challenge_result", "open"):
+                    return dict(frame)
+
+        assert answer_to({"type": "commit", "id": "x", "roots": []})["code"] == "unknown_challenge"  # before hello
+        assert answer_to({"type": "hello", "answers": 3})["code"] == "invalid_message"
+        ws.send(json.dumps({"type": "hello", "answers": ["sgemm"]}))
+        beat = sign("Heartbeat", {"node_id": key.node_id, "session": welcome["session"], "seq": 0,
+                                  "sent_at": int(time.time())}, key)
+        ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
+        result = answer_to({"type": "commit", "id": "not-a-challenge", "roots": []})
+        assert result["type"] == "challenge_result" and result["code"] == "unknown_challenge"
+        while True:  # the relay's challenge arrives; commit garbage to it
+            frame = json.loads(ws.recv(timeout=30))
+            if frame["type"] == "challenge":
+                break
+        result = answer_to({"type": "commit", "id": frame["id"], "roots": ["00"]})
+        assert result["code"] == "malformed_commit" and not result["passed"]
+        result = answer_to({"type": "commit", "id": frame["id"], "roots": ["00" * 32] * len(frame["seeds"])})
+        assert result["code"] == "replayed"
+    body = relay.get(f"/v1/nodes/{key.node_id}")[1]
+    assert body["trust"]["status"] == "flagged" and body["trust"]["challenges"]["failed"] == 3
+
+
+def busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> None:
+    """Both cores busy with another process the whole time (the node measures and answers under the same
+    load): verified within 3 minutes, then 20 more challenges without a single flag."""
+    busy = busy_processes(2)
+    env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
+    log = tmp_path / "node.log"
+    try:
+        with RelayProcess(tmp_path / "relay", *FAST) as relay:
+            started = time.monotonic()
+            with open(log, "wb") as out:
+                node = subprocess.Popen([CLI, "node", "--relay", relay.url, "--no-gpu", "--no-jitter",
+                                         "--budget-ms", "500"], stdout=out, stderr=out, env=env, cwd=tmp_path)
+            try:
+                deadline = time.monotonic() + 60
+                while "ce-bench node: " not in log.read_text():
+                    assert time.monotonic() < deadline and node.poll() is None, log.read_text()
+                    time.sleep(0.2)
+                node_id = log.read_text().split("ce-bench node: ")[1].split(" ->")[0]
+                statuses: list[str] = []
+
+                def no_flag(body: dict[str, Any]) -> None:
+                    statuses.append(body["trust"]["status"])
+                    assert body["trust"]["status"] != "flagged", body["trust"]
+
+                wait_for(relay, node_id, lambda b: b["trust"]["status"] == "verified",
+                         VERIFY_WITHIN_S - (time.monotonic() - started), "an honest node is verified", no_flag)
+                at_verified = relay.get(f"/v1/nodes/{node_id}")[1]["trust"]["challenges"]["passed"]
+                body = wait_for(relay, node_id,
+                                lambda b: b["trust"]["challenges"]["passed"] >= at_verified + 20, 180,
+                                "20 more challenges", no_flag)
+                assert body["trust"]["status"] == "verified" and body["trust"]["challenges"]["failed"] == 0
+                s = stats(relay)
+                assert s["verified_nodes"] == 1
+                assert 0 < s["cpu_gflops"] <= s["claimed"]["cpu_gflops"]
+                node.send_signal(signal.SIGTERM)
+                assert node.wait(timeout=30) == 0, log.read_text()
+            finally:
+                if node.poll() is None:
+                    node.kill()
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
