@@ -4,6 +4,7 @@
 import { probeGpu } from "./gpu.js";
 import { b64url, hex, nodeKey, unhex } from "./keys.js";
 import { loadCapsulePython } from "./python.js";
+import { challengeAnswerer } from "./challenge.js";
 import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
 
 const $ = (id) => document.getElementById(id);
@@ -154,7 +155,7 @@ async function measure(py, key, nodeId) {
           "navigator.hardwareConcurrency is recorded as a claim and not trusted",
       },
     };
-    return { args, beacon };
+    return { args, beacon, module };
   } finally {
     workers.forEach((w) => w.terminate());
   }
@@ -205,7 +206,7 @@ async function join() {
     window.cePython = py; // the same capsule Python as servers; tests compare its bytes with CPython's
     const nodeId = py.nodeId(key.publicKey);
     setStatus(`node ${nodeId}${key.created ? " (new key)" : ""}: measuring…`);
-    const { args } = await measure(py, key, nodeId);
+    const { args, module } = await measure(py, key, nodeId);
     window.ceReports = { concurrent: args.concurrent, solo: args.solo }; // the raw ProbeReports (tests read them)
     const result = await phase("report", async () => {
       const { profile, message } = py.profile(args);
@@ -222,12 +223,17 @@ async function join() {
     }
     setStatus(`joined: ${result.answer.status === 201 ? "a new node" : "profile updated"} in ${window.ceJoinSeconds.toFixed(1)} s; live while this tab is open`, "ok");
     await standing(result.profile);
-    let acks = 0;
+    let acks = 0, passed = 0;
     liveSession(nodeId, key, py, (m) => {
-      if (m.type === "ack") $("live").textContent = `live: ${++acks} heartbeats acknowledged`;
+      if (m.type === "ack" || m.type === "challenge_result") {
+        if (m.type === "ack") acks++;
+        if (m.type === "challenge_result" && m.passed) passed++;
+        $("live").textContent = `live: ${acks} heartbeats acknowledged, ${passed} relay challenges passed`;
+      }
+      if (m.type === "challenge_result" && !m.passed) $("live").textContent = `relay challenge failed: ${m.code} ${m.detail}`;
       if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
       if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
-    });
+    }, challengeAnswerer(module));
   } catch (err) {
     setStatus(`stopped: ${err.message}`, "error");
   } finally {

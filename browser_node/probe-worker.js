@@ -1,7 +1,9 @@
 // A CPU probe worker: plumbing around the capsule's reactor (capsule-reactor.wasm), which runs the
 // capsule's own probe driver — the same C, arguments and ProbeReport as `wasmtime run capsule.wasm`.
 // The worker only supplies the clock (unix time in microseconds, so all workers share one timeline)
-// and collects the summary lines. Messages: {cmd: "init", module}, then {cmd: "run", args: [...]}.
+// and collects the summary lines. Messages: {cmd: "init", module}, then {cmd: "run", args: [...]}; for the
+// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n} -> root (hex) and
+// {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}.
 
 let k = null; // the reactor's exports
 let log = [];
@@ -27,6 +29,31 @@ function run(args) {
   return { report: JSON.parse(text), log: log.join("") };
 }
 
+const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+
+let challengeN = 0; // the order of the product this worker committed to
+
+function challenge(m) {
+  const rc = k.ce_challenge_sgemm(m.seedLo >>> 0, m.seedHi >>> 0, m.n);
+  if (rc !== 0) throw new Error(rc === 1 ? `out of memory for a challenge of order ${m.n}` : `bad order ${m.n}`);
+  challengeN = m.n;
+  return hex(new Uint8Array(k.memory.buffer, k.ce_challenge_root(), 32));
+}
+
+function open(m) {
+  const ptr = k.ce_challenge_row(m.row);
+  if (!ptr) throw new Error(`no row ${m.row} in the committed product`);
+  const bytes = new Uint8Array(k.memory.buffer, ptr, challengeN * 4); // wasm memory is little-endian, as the wire format
+  let text = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  const out = k.ce_alloc(32 * m.maxProof);
+  const count = k.ce_challenge_proof(m.row, out);
+  const proof = [];
+  for (let i = 0; i < count; i++) proof.push(hex(new Uint8Array(k.memory.buffer, out + 32 * i, 32)));
+  k.ce_free(out);
+  return { values: btoa(text), proof };
+}
+
 onmessage = async (event) => {
   const m = event.data;
   try {
@@ -36,6 +63,8 @@ onmessage = async (event) => {
       k._initialize();
       postMessage({ ok: true });
     } else if (m.cmd === "run") postMessage({ ok: true, result: run(m.args) });
+    else if (m.cmd === "challenge") postMessage({ ok: true, result: challenge(m) });
+    else if (m.cmd === "open") postMessage({ ok: true, result: open(m) });
     else postMessage({ ok: false, error: `unknown command ${m.cmd}` });
   } catch (err) {
     postMessage({ ok: false, error: String((err && err.message) || err) });

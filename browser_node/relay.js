@@ -46,9 +46,23 @@ async function relaySigned(sample, py) {
   }
 }
 
-export function liveSession(nodeId, key, py, onEvent) {
+// answerer (browser_node/challenge.js), when given, answers the relay's challenges while the tab is visible;
+// a hidden tab says so (hello without answers) and is not challenged: no heavy work in the background.
+export function liveSession(nodeId, key, py, onEvent, answerer = null) {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/live`;
   let ws, seq = 0, timer = null, stopped = false;
+  const hello = () => {
+    if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : ["sgemm"] }));
+  };
+  const answer = async (work) => {
+    try {
+      const reply = await work();
+      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(reply));
+    } catch (err) {
+      onEvent({ type: "error", code: "challenge", detail: err.message });
+    }
+  };
+  document.addEventListener("visibilitychange", hello);
   const connect = () => {
     ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
@@ -64,9 +78,12 @@ export function liveSession(nodeId, key, py, onEvent) {
           const sig = b64url(await key.sign(unhex(py.message("Heartbeat", body))));
           if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "heartbeat", heartbeat: { ...body, sig } }));
         };
+        hello();
         await beat();
         timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
+      else if (m.type === "challenge" && answerer && !document.hidden) answer(() => answerer.commit(m));
+      else if (m.type === "open" && answerer) answer(() => answerer.open(m));
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
         const s = m.sample || {};
@@ -81,5 +98,11 @@ export function liveSession(nodeId, key, py, onEvent) {
     ws.onclose = () => { clearInterval(timer); if (!stopped) setTimeout(connect, 3000); onEvent({ type: "closed" }); };
   };
   connect();
-  return { stop() { stopped = true; clearInterval(timer); ws.close(); } };
+  return {
+    stop() {
+      stopped = true; clearInterval(timer); ws.close();
+      document.removeEventListener("visibilitychange", hello);
+      if (answerer) answerer.stop();
+    },
+  };
 }

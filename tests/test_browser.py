@@ -324,3 +324,26 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         page.wait_for_function("() => /no such node/.test(document.getElementById('status').textContent)")
         assert relay.get("/nodes/not-a-node-id")[0] == 400
         context.close()
+
+
+def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, artifacts: Artifacts) -> None:
+    """The join page answers the relay's challenges in its probe workers with the capsule's own code and
+    becomes verified; a hidden tab opts out and is not challenged any more."""
+    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1"]
+    with RelayProcess(tmp_path / "data", *fast) as r:
+        profile = join(page, r)
+        node_id = profile["node_id"]
+        deadline = time.monotonic() + 90
+        while (trust := r.get(f"/v1/nodes/{node_id}")[1]["trust"])["status"] != "verified":
+            assert trust["status"] != "flagged" and time.monotonic() < deadline, trust
+            time.sleep(0.5)
+        assert trust["observed"]["gflops_fp32"] > 0 and trust["challenges"]["failed"] == 0
+        assert "challenges passed" in page.locator("#live").inner_text()
+        assert r.get("/stats")[1]["verified_nodes"] == 1
+        page.evaluate("""() => { Object.defineProperty(document, "hidden", { value: true, configurable: true });
+                                 document.dispatchEvent(new Event("visibilitychange")); }""")
+        time.sleep(3)  # an answer in flight may still complete
+        passed = r.get(f"/v1/nodes/{node_id}")[1]["trust"]["challenges"]["passed"]
+        time.sleep(4)  # four intervals: a visible tab would have been challenged again
+        trust = r.get(f"/v1/nodes/{node_id}")[1]["trust"]
+        assert trust["challenges"]["passed"] == passed and trust["challenges"]["failed"] == 0

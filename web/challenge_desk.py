@@ -39,6 +39,7 @@ class Challengee:
     node_id: str | None = None
     rtt_ms: float | None = None
     challenge: Challenge | None = None
+    active: bool = True                        # False: opted out of new challenges (hello without answers)
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
 
 
@@ -92,8 +93,9 @@ class ChallengeDesk:
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    def hello(self, session_id: str, host: str, send: Any) -> Challengee:
+    def hello(self, session_id: str, host: str, send: Any, active: bool = True) -> Challengee:
         who = self.sessions.get(session_id) or Challengee(session_id, host, send)
+        who.active = active
         self.sessions[session_id] = who
         self.next_at.setdefault(host, time.time() + self.config.challenge_first_after_s)
         return who
@@ -118,7 +120,7 @@ class ChallengeDesk:
                 await self._finish(who, False, "late", f"no opening within {config.challenge_open_timeout_s:g} s")
         by_host: dict[str, list[Challengee]] = defaultdict(list)
         for who in self.sessions.values():
-            if who.node_id is not None:
+            if who.node_id is not None and who.active:
                 by_host[who.host].append(who)
         for host, group in by_host.items():
             if self.next_at.get(host, now_wall) <= now_wall and all(w.challenge is None for w in group):

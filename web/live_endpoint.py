@@ -77,10 +77,12 @@ async def on_cosigned(conn: Connection, message: dict[str, Any]) -> None:
 
 async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     answers = message.get("answers")
-    if not isinstance(answers, list) or "sgemm" not in answers:
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         raise LiveError("invalid_message", "hello names the challenges this client answers: {\"answers\": [\"sgemm\"]}")
     host = conn.ws.client.host if conn.ws.client else "unknown"
-    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send)
+    # without "sgemm" the session opts out (a browser tab that went hidden): no new challenges, though one in
+    # flight must still be answered
+    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, "sgemm" in answers)
     conn.challengee.node_id = conn.session.node_id
     conn.challengee.rtt_ms = conn.session.rtt_min_ms
 

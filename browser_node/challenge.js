@@ -1,0 +1,49 @@
+// Answers the relay's challenges (protocol: web/challenges.py) with the capsule's own code: each seed runs
+// in its own probe worker (capsule-reactor.wasm's ce_challenge_sgemm), exactly as servers do in
+// host_runner/challenge_answer.py. The workers stay between challenges (a fresh worker costs tens of ms,
+// which would count against the node's observed time) and are dropped when the page stops answering.
+
+const MAX_PROOF = 12; // sibling hashes of the largest challenge (2048 rows)
+
+function call(worker, message) {
+  return new Promise((resolve, reject) => {
+    worker.onmessage = (e) => (e.data.ok ? resolve(e.data.result) : reject(new Error(e.data.error)));
+    worker.onerror = (e) => reject(new Error(e.message || "worker failed"));
+    worker.postMessage(message);
+  });
+}
+
+export function challengeAnswerer(module) {
+  let workers = [];
+  let current = null; // { id, n, count }
+  const pool = async (count) => {
+    while (workers.length < count) {
+      const w = new Worker("/probe-worker.js");
+      workers.push(w);
+      await call(w, { cmd: "init", module });
+    }
+    return workers.slice(0, count);
+  };
+  return {
+    // {type: "challenge"} -> {type: "commit"}: one Merkle root per seed, computed concurrently
+    async commit(m) {
+      const seeds = m.seeds.map((hex) => BigInt("0x" + hex));
+      const ws = await pool(seeds.length);
+      const roots = await Promise.all(ws.map((w, i) => call(w, {
+        cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n })));
+      current = { id: m.id, n: m.n, count: seeds.length };
+      return { type: "commit", id: m.id, roots };
+    },
+    // {type: "open"} -> {type: "opening"}: the named rows with their proofs, in the order asked
+    async open(m) {
+      if (!current || current.id !== m.id) throw new Error("no commitment of that id");
+      const rows = [];
+      for (const [instance, row] of m.rows) {
+        if (!(instance >= 0 && instance < current.count)) throw new Error(`no instance ${instance}`);
+        rows.push({ instance, row, ...(await call(workers[instance], { cmd: "open", row, maxProof: MAX_PROOF })) });
+      }
+      return { type: "opening", id: m.id, rows };
+    },
+    stop() { workers.forEach((w) => w.terminate()); workers = []; current = null; },
+  };
+}
