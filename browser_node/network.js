@@ -22,8 +22,10 @@ async function refresh() {
   try {
     const stats = await (await fetch("/stats", { cache: "no-store" })).json();
     const mesh = stats.mesh || {};
-    $("gauges").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, stats[k], show)).join("") +
+    $("gauges").innerHTML = gauge("verified nodes", stats.verified_nodes, count) +
+      GAUGES.filter(([k]) => k !== "nodes").map(([k, label, show]) => gauge(label, stats[k], show)).join("") +
       gauge("median RTT", mesh.median_rtt_ms, (v) => [v.toPrecision(3), "ms"]);
+    $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, (stats.claimed || {})[k], show)).join("");
     const resp = await fetch("/atlas?limit=1000", { headers: etag ? { "if-none-match": etag } : {} });
     if (resp.status === 200) {
       etag = resp.headers.get("etag");
@@ -33,8 +35,9 @@ async function refresh() {
         const f = (v, d) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
         const gpu = n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "—";
         // data-label: the column name, shown beside each value when the table folds into cards on phones
+        const trust = (atlas.trust || {})[n.node_id] || "unverified";
         return `<tr><td data-label="node"><a href="/nodes/${n.node_id}"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></a></td>` +
-          `<td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
+          `<td data-label="trust"><span class="trust ${trust}">${trust}</span></td><td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
           `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
           `<td data-label="GB/s" class="num">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
           `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td><td data-label="GPU">${gpu}</td></tr>`;

@@ -1,5 +1,6 @@
-// One node's page (/nodes/{id}): its figures with unit, method and spread, its standing among the live
-// nodes (percentile), its status, GPUs and measured links. Everything read from the relay's public API.
+// One node's page (/nodes/{id}): its trust (what the relay's challenges observed), its figures with unit,
+// method and spread, its standing among the live nodes (percentile), its status, GPUs, measured links and a
+// chart of its history. Everything read from the relay's public API.
 import { si } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
@@ -29,6 +30,44 @@ function methodOf(ev) {
   return `${esc(ev.method || "")}${s}`;
 }
 
+function showTrust(profile, trust) {
+  const c = trust.challenges;
+  $("trust").innerHTML = `<span class="trust ${trust.status}">${trust.status}</span> ${esc(trust.reason)}. ` +
+    `${c.passed} challenge(s) passed, ${c.failed} failed` + (c.last_at ? `, the last at ${new Date(c.last_at * 1000).toLocaleString()}` : "") +
+    `; score ${trust.score}. Observed: ${esc(trust.observed.method)}.`;
+  const flops = si(1e9, "FLOP/s"), show = (v) => (v == null ? "—" : flops(v).join(" "));
+  $("trust-figures").querySelector("tbody").innerHTML =
+    `<tr><td data-label="figure">CPU</td><td data-label="claimed" class="num">${show(profile.cpu.gflops_fp32)}</td>` +
+    `<td data-label="observed" class="num">${show(trust.observed.gflops_fp32)}</td>` +
+    `<td data-label="counted" class="num">${show(trust.counted.cpu_gflops)}</td></tr>` +
+    `<tr><td data-label="figure">reference model</td><td data-label="claimed" class="num">${profile.llm.tokens_per_sec ?? "—"} tokens/s</td>` +
+    `<td data-label="observed">${esc(trust.observed.tokens_per_sec_reason || "—")}</td><td data-label="counted" class="num">—</td></tr>`;
+}
+
+// An SVG chart (no library): claimed GFLOP/s per profile as a step line, observed per challenge as dots.
+function drawHistory(events) {
+  const svg = $("history"), W = 720, H = 240, L = 48, B = 24;
+  const claims = events.filter((e) => e.event === "profile" && typeof e.cpu_gflops === "number");
+  const checks = events.filter((e) => e.event === "challenge");
+  const ys = [...claims.map((e) => e.cpu_gflops), ...checks.map((e) => e.observed_gflops || 0)];
+  if (!events.length || !ys.length) { svg.innerHTML = `<text x="${L}" y="${H / 2}">no history yet</text>`; return; }
+  const t0 = Math.min(...events.map((e) => e.at)), t1 = Math.max(...events.map((e) => e.at), t0 + 1);
+  const yMax = Math.max(...ys) * 1.15 || 1;
+  const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - 8), y = (v) => H - B - (v / yMax) * (H - B - 8);
+  let path = "";
+  claims.forEach((e, i) => { path += `${i ? "H" : "M"}${x(e.at).toFixed(1)} ${i ? "" : y(e.cpu_gflops).toFixed(1)}` + (i ? `V${y(e.cpu_gflops).toFixed(1)}` : ""); });
+  if (claims.length) path += `H${x(t1).toFixed(1)}`;
+  const dots = checks.map((e) => e.passed
+    ? `<circle cx="${x(e.at).toFixed(1)}" cy="${y(e.observed_gflops || 0).toFixed(1)}" r="3" fill="#1a7f37"><title>observed ${(e.observed_gflops || 0).toFixed(1)} GFLOP/s</title></circle>`
+    : `<text x="${x(e.at).toFixed(1)}" y="${H - B - 2}" fill="#d1242f" text-anchor="middle">×<title>failed: ${esc(e.code)}</title></text>`).join("");
+  const ticks = [0, 0.5, 1].map((f) => `<text x="${L - 6}" y="${y(yMax * f / 1.15) + 4}" text-anchor="end" font-size="11">${(yMax * f / 1.15).toFixed(0)}</text>`).join("");
+  svg.innerHTML = `<line x1="${L}" y1="${H - B}" x2="${W - 8}" y2="${H - B}" stroke="#8c959f"/>${ticks}` +
+    `<text x="${L}" y="${H - 6}" font-size="11">${new Date(t0 * 1000).toLocaleString()}</text>` +
+    `<text x="${W - 8}" y="${H - 6}" font-size="11" text-anchor="end">${new Date(t1 * 1000).toLocaleString()}</text>` +
+    `<text x="4" y="12" font-size="11">GFLOP/s</text>` +
+    `<path d="${path}" fill="none" stroke="#1f6feb" stroke-width="2"><title>claimed</title></path>${dots}`;
+}
+
 async function load() {
   $("node-id").textContent = nodeId;
   const resp = await fetch(`/v1/nodes/${encodeURIComponent(nodeId)}`);
@@ -38,7 +77,11 @@ async function load() {
     $("status").className = "status warn";
     return;
   }
-  const { profile, status } = await resp.json();
+  const { profile, status, trust } = await resp.json();
+  showTrust(profile, trust);
+  $("history-link").href = `/v1/nodes/${encodeURIComponent(nodeId)}/history`;
+  fetch(`/v1/nodes/${encodeURIComponent(nodeId)}/history`).then((r) => r.json())
+    .then((h) => drawHistory(h.events || [])).catch(() => {});
   const atlas = await fetch("/atlas?limit=1000").then((r) => r.json()).catch(() => ({ nodes: [] }));
   const seen = status.last_seen ? new Date(status.last_seen * 1000).toLocaleString() : "never";
   $("status").textContent = `${status.online ? "live" : "offline"} · ${profile.runtime.kind} · ${profile.cpu.cores} measured core(s) · ` +

@@ -283,10 +283,13 @@ def test_pages_fit_a_phone_screen(browser: Browser, tmp_path: Path, artifacts: A
                 page.screenshot(path=str(ARTIFACTS / f"{name}-{width}x{height}.png"), full_page=True)
                 assert page.evaluate(WIDER_THAN_VIEWPORT) == [], (name, width)
                 assert page.evaluate("() => document.documentElement.scrollWidth") <= width, (name, width)
-            gpu = page.locator(".gauge[aria-label='GPU fp16']")
+            gpu = page.locator("#claimed .gauge[aria-label='GPU fp16']")
             assert gpu.locator(".value").inner_text() == "6" and gpu.locator(".unit").inner_text() == "GFLOP/s"
+            # nothing was challenged: the verified scoreboard shows nothing, and each node says so
+            assert page.locator("#gauges .gauge[aria-label='CPU'] .value").inner_text() == "0"
+            assert page.locator("#nodes .trust.unverified").count() == 3
             if width == 360:
-                cell = page.locator("#nodes tbody tr").first.locator("td").nth(3)
+                cell = page.locator("#nodes tbody tr").first.locator("td").nth(4)
                 assert cell.evaluate("(td) => getComputedStyle(td, '::before').content") == '"GFLOP/s"'
             context.close()
 
@@ -347,3 +350,14 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
         time.sleep(4)  # four intervals: a visible tab would have been challenged again
         trust = r.get(f"/v1/nodes/{node_id}")[1]["trust"]
         assert trust["challenges"]["passed"] == passed and trust["challenges"]["failed"] == 0
+        # the node page shows the trust state and the history chart; the network table marks the node
+        other = page.context.new_page()
+        other.goto(r.url + f"/nodes/{node_id}")
+        other.wait_for_function("() => document.querySelectorAll('#history circle').length >= 2")
+        assert "verified" in other.locator("#trust").inner_text()
+        assert "GFLOP/s" in other.locator("#trust-figures").inner_text()
+        other.screenshot(path=str(ARTIFACTS / "node-trust.png"), full_page=True)
+        other.goto(r.url + "/network.html")
+        other.wait_for_function("() => document.querySelectorAll('#nodes .trust.verified').length === 1")
+        verified_nodes = other.locator("#gauges .gauge").first.inner_text()
+        assert "1" in verified_nodes and "verified nodes" in verified_nodes

@@ -117,8 +117,10 @@ async def atlas(request: Request) -> Response:
     ids, next_cursor = relay.atlas.page(cursor, limit)
     bodies = relay.store.profiles(ids)
     nodes = [json.loads(bodies[i]) for i in ids if i in bodies]
-    return JSONResponse({"nodes": nodes, "next_cursor": next_cursor, "live_nodes": len(relay.atlas.live)},
-                        headers={"etag": tag})
+    now = time.time()
+    trust = {i: relay.challenges.status(i, now) for i in ids if i in bodies}  # full state: /v1/nodes/{id}
+    return JSONResponse({"nodes": nodes, "trust": trust, "next_cursor": next_cursor,
+                         "live_nodes": len(relay.atlas.live)}, headers={"etag": tag})
 
 
 def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class ChallengeDesk:
         self.next_at: dict[str, float] = {}       # host -> unix time of its next challenge round
         self.rounds: dict[str, int] = defaultdict(int)
         self.trust: dict[str, Trust] = {}
+        self._statuses: dict[str, str] = {}    # the status each node was last shown with
         self.rng = random.Random(secrets.randbits(64))
 
     # --- state ----------------------------------------------------------------------------------
@@ -81,7 +82,11 @@ class ChallengeDesk:
         trust = self.trust.get(node_id)
         if entry is None:
             return
-        if trust is None or trust.judge(entry.claimed_gflops, now, self.config)[0] != "verified":
+        status = self.status(node_id, now)
+        if self._statuses.get(node_id) != status:  # /atlas shows each node's status: its ETag must change
+            self._statuses[node_id] = status
+            self.relay.atlas.version += 1
+        if trust is None or status != "verified":
             self.relay.atlas.set_verified(node_id, Contribution())
             return
         counted = trust.counted_gflops(entry.claimed_gflops, self.config)
