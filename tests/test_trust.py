@@ -136,6 +136,28 @@ def test_wrong_answers_fail_and_flag(relay: RelayProcess, measured: dict[str, An
         session.stop()
 
 
+def test_identities_on_one_host_are_challenged_at_the_same_moment(relay: RelayProcess, measured: dict[str, Any],
+                                                                  artifacts: Any) -> None:
+    """Two identities from one address (both claiming the whole machine) get each round's challenge at the
+    same moment, so they share the machine's cores instead of each showing all of it."""
+    keys = [registered(relay, measured) for _ in range(2)]
+    sessions = [LiveSession(relay.url, k, reactor_wasm=artifacts.reactor).start() for k in keys]
+    try:
+        def issued(key: NodeKey) -> set[float]:
+            events = relay.get(f"/v1/nodes/{key.node_id}/history")[1]["events"]
+            return {e["issued_at"] for e in events if e["event"] == "challenge"}
+
+        deadline = time.monotonic() + 60
+        while len(issued(keys[0]) & issued(keys[1])) < 3:
+            assert time.monotonic() < deadline, (issued(keys[0]), issued(keys[1]))
+            time.sleep(0.5)
+        # every round either challenged both or (the round in flight at the end) not yet both
+        assert len(issued(keys[0]) ^ issued(keys[1])) <= 2
+    finally:
+        for s in sessions:
+            s.stop()
+
+
 def test_profile_without_live_session_stays_unverified(relay: RelayProcess, measured: dict[str, Any]) -> None:
     key = registered(relay, measured)
     s = stats(relay)  # at once: without heartbeats the node is offline after 3 intervals (1.5 s here)
@@ -183,46 +205,107 @@ def busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
+class Agent:
+    """A real `ce-bench node` process with its own key (its own CE_BENCH_HOME)."""
+
+    def __init__(self, relay: RelayProcess, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log = workdir / "node.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([CLI, "node", "--relay", relay.url, "--no-gpu", "--no-jitter",
+                                          "--budget-ms", "500"], stdout=out, stderr=out, cwd=workdir,
+                                         env=dict(os.environ, CE_BENCH_HOME=str(workdir / "home")))
+        self._node_id: str | None = None
+
+    @property
+    def node_id(self) -> str:
+        deadline = time.monotonic() + 60
+        while self._node_id is None:
+            text = self.log.read_text()
+            if "ce-bench node: " in text:
+                self._node_id = text.split("ce-bench node: ")[1].split(" ->")[0]
+                break
+            assert time.monotonic() < deadline and self.proc.poll() is None, text
+            time.sleep(0.2)
+        return self._node_id
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                assert self.proc.wait(timeout=30) == 0, self.log.read_text()
+            finally:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+
+
+def challenges_of(relay: RelayProcess, node_id: str) -> int:
+    events = relay.get(f"/v1/nodes/{node_id}/history")[1]["events"]
+    return sum(1 for e in events if e["event"] == "challenge")
+
+
 def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> None:
     """Both cores busy with another process the whole time (the node measures and answers under the same
     load): verified within 3 minutes, then 20 more challenges without a single flag."""
     busy = busy_processes(2)
-    env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
-    log = tmp_path / "node.log"
     try:
         with RelayProcess(tmp_path / "relay", *FAST) as relay:
             started = time.monotonic()
-            with open(log, "wb") as out:
-                node = subprocess.Popen([CLI, "node", "--relay", relay.url, "--no-gpu", "--no-jitter",
-                                         "--budget-ms", "500"], stdout=out, stderr=out, env=env, cwd=tmp_path)
+            agent = Agent(relay, tmp_path / "node")
             try:
-                deadline = time.monotonic() + 60
-                while "ce-bench node: " not in log.read_text():
-                    assert time.monotonic() < deadline and node.poll() is None, log.read_text()
-                    time.sleep(0.2)
-                node_id = log.read_text().split("ce-bench node: ")[1].split(" ->")[0]
-                statuses: list[str] = []
-
                 def no_flag(body: dict[str, Any]) -> None:
-                    statuses.append(body["trust"]["status"])
                     assert body["trust"]["status"] != "flagged", body["trust"]
 
-                wait_for(relay, node_id, lambda b: b["trust"]["status"] == "verified",
+                wait_for(relay, agent.node_id, lambda b: b["trust"]["status"] == "verified",
                          VERIFY_WITHIN_S - (time.monotonic() - started), "an honest node is verified", no_flag)
-                at_verified = relay.get(f"/v1/nodes/{node_id}")[1]["trust"]["challenges"]["passed"]
-                body = wait_for(relay, node_id,
+                at_verified = relay.get(f"/v1/nodes/{agent.node_id}")[1]["trust"]["challenges"]["passed"]
+                body = wait_for(relay, agent.node_id,
                                 lambda b: b["trust"]["challenges"]["passed"] >= at_verified + 20, 180,
                                 "20 more challenges", no_flag)
                 assert body["trust"]["status"] == "verified" and body["trust"]["challenges"]["failed"] == 0
                 s = stats(relay)
                 assert s["verified_nodes"] == 1
                 assert 0 < s["cpu_gflops"] <= s["claimed"]["cpu_gflops"]
-                node.send_signal(signal.SIGTERM)
-                assert node.wait(timeout=30) == 0, log.read_text()
             finally:
-                if node.poll() is None:
-                    node.kill()
+                agent.stop()
     finally:
         for p in busy:
             p.kill()
             p.wait()
+
+
+def test_three_identities_on_one_machine_count_one_machine(tmp_path: Path) -> None:
+    """Three `ce-bench node` agents with different keys on this machine: the verified CPU total is at most
+    1.5x what one agent alone is verified for (they are challenged at the same moment, so each observes its
+    share)."""
+    with RelayProcess(tmp_path / "relay", *FAST) as relay:
+        alone = Agent(relay, tmp_path / "alone")
+        try:
+            wait_for(relay, alone.node_id, lambda b: b["trust"]["status"] == "verified", VERIFY_WITHIN_S, "alone")
+            while challenges_of(relay, alone.node_id) < 6:
+                time.sleep(0.5)
+            single = stats(relay)["cpu_gflops"]
+            assert single > 0
+        finally:
+            alone.stop()
+        agents = [Agent(relay, tmp_path / f"node{i}") for i in range(3)]
+        try:
+            # wait until each agent had 10 challenges after the last of them said hello
+            deadline = time.monotonic() + 240
+            start: dict[str, int | None] = {a.node_id: None for a in agents}
+            while True:
+                counts = {a.node_id: challenges_of(relay, a.node_id) if relay.get(f"/v1/nodes/{a.node_id}")[0] == 200
+                          else 0 for a in agents}
+                if all(counts.values()) and all(v is None for v in start.values()):
+                    start = dict(counts)
+                if all(v is not None and counts[k] >= v + 10 for k, v in start.items()):
+                    break
+                assert time.monotonic() < deadline, (counts, start)
+                time.sleep(0.5)
+            s = stats(relay)
+            statuses = [relay.get(f"/v1/nodes/{a.node_id}")[1]["trust"]["status"] for a in agents]
+            print(f"three identities: verified total {s['cpu_gflops']} vs alone {single}; {statuses}")
+            assert s["cpu_gflops"] <= 1.5 * single, (s, single, statuses)
+        finally:
+            for a in agents:
+                a.stop()

@@ -145,6 +145,7 @@ class ChallengeDesk:
                 continue
             ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, beacon,
                                secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
+            ch.issued_at = now_wall
             who.challenge = ch
             await who.send(ch.message(self.config))
 

@@ -38,6 +38,7 @@ class Challenge:
     claimed_gflops: float
     sent_at: float                     # perf_counter seconds
     rtt_ms: float
+    issued_at: float = 0.0             # unix time it was sent (history; same-host rounds share it)
     roots: list[bytes] | None = None
     commit_s: float | None = None      # commitment received - sent - RTT
     rows: list[tuple[int, int]] = field(default_factory=list)
@@ -58,7 +59,7 @@ class Challenge:
 
     def record(self) -> dict[str, Any]:
         """What the history keeps: enough for anyone to recompute the challenge from the beacon."""
-        return {"id": self.id, "kind": "sgemm", "n": self.n, "instances": len(self.seeds),
+        return {"id": self.id, "kind": "sgemm", "issued_at": self.issued_at, "n": self.n, "instances": len(self.seeds),
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}')",
                 "claimed_gflops": self.claimed_gflops, "rtt_ms": round(self.rtt_ms, 3),

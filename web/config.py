@@ -81,13 +81,15 @@ class RelayConfig:
     # on a shared 2-vCPU VM differ by up to 40%, and a challenge also pays for hashing its output (~15%):
     # 2x leaves room for both, and still flags a 3x overstatement.
     trust_flag_factor: float = 2.0
-    # The verified scoreboard counts min(claim, best observed x this): an overstatement below the flag
+    # The verified scoreboard counts min(claim, median observed x this): an overstatement below the flag
     # factor still counts only what was seen (plus the challenge's known overhead).
     trust_cap_factor: float = 1.25
     trust_flag_failures: float = 1.0        # decayed failure weight that flags: one wrong answer
     trust_soft_failure_weight: float = 0.34  # a late or unknown reply: three within a half-life flag
     trust_failure_penalty: float = 4.0      # score = passes - penalty x failures (both decayed)
-    trust_observed_kept: int = 16           # observed figures remembered per node (the best counts)
+    # Observed figures remembered per node: the recent ones only, so a machine's share follows who else on
+    # it is being challenged now (8 rounds: ~2 h at the verified interval).
+    trust_observed_kept: int = 8
     history_kept: int = 500                 # profile and challenge entries kept per node for /history
 
     # /atlas paging, in nodes per page.

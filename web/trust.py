@@ -4,19 +4,22 @@ Counters decay exponentially with a half-life (gossipsub v1.1's P4/P7 counters a
 behaviour matters most, and failures weigh more than passes. A node is
 
 - verified   once `trust_min_passes` challenges passed, no recent failure outweighs them, and its claimed
-             GFLOP/s is within `trust_flag_factor` of the best throughput the relay observed;
+             GFLOP/s is within `trust_flag_factor` of the best throughput the relay recently observed;
 - flagged    when its decayed failure weight reaches `trust_flag_failures` (one wrong answer does), or, once
              `trust_min_passes` challenges passed, its claim exceeds the best observed throughput by more than
              `trust_flag_factor`;
 - unverified otherwise (too few challenges yet, or a client that does not answer them).
 
-What a node adds to the verified scoreboard is its claim capped at best observed x `trust_cap_factor`;
-unverified and flagged nodes add nothing there (web/atlas.py keeps both scoreboards).
+What a node adds to the verified scoreboard is its claim capped at the *median* of its recent observations x
+`trust_cap_factor`; unverified and flagged nodes add nothing there (web/atlas.py keeps both scoreboards).
+Only the last `trust_observed_kept` observations count: a node that was challenged alone on its machine, and
+now shares it with other identities challenged at the same moment, soon shows only its share.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +70,10 @@ class Trust:
     def best_gflops(self) -> float | None:
         return max(self.observed_gflops) if self.observed_gflops else None
 
+    @property
+    def median_gflops(self) -> float | None:
+        return statistics.median(self.observed_gflops) if self.observed_gflops else None
+
     def judge(self, claimed_gflops: float | None, now: float, config: RelayConfig) -> tuple[str, str]:
         """(status, reason) against the node's current claim."""
         self._decay(now, config.trust_half_life_s)
@@ -84,19 +91,19 @@ class Trust:
             return "unverified", f"{self.passes_total} of {config.trust_min_passes} challenges passed so far"
         if claimed_gflops is None:
             return "unverified", "the profile claims no GFLOP/s figure to verify"
-        return "verified", (f"{self.passes_total} challenges passed; claim within {config.trust_flag_factor:g}x "
-                            "of the observed throughput")
+        return "verified", f"the claim is within {config.trust_flag_factor:g}x of the throughput the relay observed"
 
     def score(self, now: float, config: RelayConfig) -> float:
         self._decay(now, config.trust_half_life_s)
         return round(self.passed - config.trust_failure_penalty * self.failed, 3)
 
     def counted_gflops(self, claimed_gflops: float | None, config: RelayConfig) -> float:
-        """What the verified scoreboard counts: the claim, capped at best observed x trust_cap_factor."""
-        best = self.best_gflops
-        if not claimed_gflops or best is None:
+        """What the verified scoreboard counts: the claim, capped at the median observed x trust_cap_factor
+        (the median: one lucky quiet moment must not lift what counts)."""
+        median = self.median_gflops
+        if not claimed_gflops or median is None:
             return 0.0
-        return min(claimed_gflops, best * config.trust_cap_factor)
+        return min(claimed_gflops, median * config.trust_cap_factor)
 
     def to_json(self, claimed_gflops: float | None, now: float, config: RelayConfig) -> dict[str, Any]:
         status, reason = self.judge(claimed_gflops, now, config)
@@ -104,9 +111,11 @@ class Trust:
         return {
             "status": status, "reason": reason, "score": self.score(now, config),
             "observed": {"gflops_fp32": round(best, 3) if best is not None else None,
+                         "gflops_fp32_median": round(self.median_gflops or 0.0, 3) if best is not None else None,
                          "tokens_per_sec": None,
-                         "method": "best of the last challenges: 2 n^3 x instances flop / (commitment received - "
-                                   "challenge sent - session RTT), on the relay's clock",
+                         "method": f"best and median of the last {config.trust_observed_kept} challenges: 2 n^3 x "
+                                   "instances flop / (commitment received - challenge sent - session RTT), on the "
+                                   "relay's clock",
                          "tokens_per_sec_reason": "reference-model challenges are not issued yet"},
             "counted": {"cpu_gflops": round(self.counted_gflops(claimed_gflops, config), 3)
                         if status == "verified" else 0.0},
