@@ -3,7 +3,7 @@
 // host_runner/challenge_answer.py. The workers stay between challenges (a fresh worker costs tens of ms,
 // which would count against the node's observed time) and are dropped when the page stops answering.
 
-const MAX_PROOF = 12; // sibling hashes of the largest challenge (2048 rows)
+const MAX_PROOF = 32; // room for the sibling hashes of any tree a challenge can make (at most 2^32 leaves)
 
 function call(worker, message) {
   return new Promise((resolve, reject) => {
@@ -30,8 +30,8 @@ export function challengeAnswerer(module) {
       const seeds = m.seeds.map((hex) => BigInt("0x" + hex));
       const ws = await pool(seeds.length);
       const roots = await Promise.all(ws.map((w, i) => call(w, {
-        cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n })));
-      current = { id: m.id, n: m.n, count: seeds.length };
+        cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n, reps: m.reps || 1 })));
+      current = { id: m.id, count: seeds.length };
       return { type: "commit", id: m.id, roots };
     },
     // {type: "open"} -> {type: "opening"}: the named rows with their proofs, in the order asked

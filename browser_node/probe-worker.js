@@ -2,7 +2,7 @@
 // capsule's own probe driver — the same C, arguments and ProbeReport as `wasmtime run capsule.wasm`.
 // The worker only supplies the clock (unix time in microseconds, so all workers share one timeline)
 // and collects the summary lines. Messages: {cmd: "init", module}, then {cmd: "run", args: [...]}; for the
-// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n} -> root (hex) and
+// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps} -> root (hex) and
 // {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}.
 
 let k = null; // the reactor's exports
@@ -34,8 +34,8 @@ const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0"))
 let challengeN = 0; // the order of the product this worker committed to
 
 function challenge(m) {
-  const rc = k.ce_challenge_sgemm(m.seedLo >>> 0, m.seedHi >>> 0, m.n);
-  if (rc !== 0) throw new Error(rc === 1 ? `out of memory for a challenge of order ${m.n}` : `bad order ${m.n}`);
+  const rc = k.ce_challenge_sgemm(m.seedLo >>> 0, m.seedHi >>> 0, m.n, m.reps);
+  if (rc !== 0) throw new Error(rc === 1 ? `out of memory for ${m.reps} products of order ${m.n}` : `bad challenge size ${m.n} x ${m.reps}`);
   challengeN = m.n;
   return hex(new Uint8Array(k.memory.buffer, k.ce_challenge_root(), 32));
 }

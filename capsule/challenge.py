@@ -1,10 +1,13 @@
 """The arithmetic of a challenge, shared by the relay that checks it and the node that answers it (pure).
 
-An sgemm challenge names, per instance, a 64-bit seed and the order n. The node computes C = A * B with the
-capsule's own probe inputs and kernel (capsule/kernels/challenge.c), commits to C by a Merkle root over its
-rows, and opens the rows the relay then names. The relay regenerates A's named rows and all of B from the
-seed (the capsule's splitmix64 stream, vectorised here) and recomputes each opened row in float64:
-O(rows x n^2) instead of the node's O(n^3).
+An sgemm challenge names, per instance, a 64-bit seed, the order n of the probe it checks, and `reps`
+products. The node computes C_t = A_t * B_t (t < reps; inputs of seed + t * golden) with the capsule's own
+probe inputs and kernel (capsule/kernels/challenge.c), commits to all of them by one Merkle root over their
+rows (leaf t * n + i = row i of C_t), and opens the leaves the relay then names. The relay regenerates the
+named row of A_t and, for `entries` columns it picks only after the opening, those columns of B_t (the
+capsule's splitmix64 stream, vectorised here), and recomputes those entries of each opened row in float64:
+O(rows x entries x n) instead of the node's O(reps x n^3). Recomputing whole rows would need all of B_t,
+O(n^2) draws per product: measured at 11.6% of the node's own work (BENCHMARKS.md), against a 1% target.
 
 Seeds: seed_i = first 8 bytes (little-endian) of sha256("ce-bench/v1/challenge/{beacon}/{nonce}/{i}"), where
 beacon is the value of the relay's latest beacon round and nonce the relay's fresh random hex: nobody can
@@ -23,7 +26,6 @@ GOLDEN = 0x9E3779B97F4A7C15
 SGEMM_STREAM = 0x7367656D6D  # "sgemm": ce_sgemm_inputs mixes it into the seed
 MAX_N = 2048                 # CE_CHALLENGE_MAX_N in capsule/kernels/challenge.h
 MIN_N = 128                  # below this the call overhead, not the kernel, sets the time
-N_STEP = 16                  # orders are rounded to a multiple of this
 EPS32 = 2.0 ** -24           # unit roundoff of fp32
 MASK64 = (1 << 64) - 1
 
@@ -42,18 +44,37 @@ def instance_seed(beacon_value: str, nonce: str, instance: int) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def order_for(claimed_gflops: float, instances: int, target_s: float) -> int:
-    """The order n at which one instance's product takes target_s at the claimed speed (2 n^3 flops at
-    claimed / instances GFLOP/s), rounded to N_STEP and held within [MIN_N, MAX_N]. A claim beyond MAX_N's
-    reach just gets a shorter challenge: a node slower than its claim still shows in the observed time."""
+MAX_BYTES = 64 << 20          # CE_CHALLENGE_MAX_BYTES: the products one instance keeps for the openings
+DEFAULT_N = 1024             # when the claim's evidence names no order
+
+
+def product_seed(seed: int, t: int) -> int:
+    return (seed + t * GOLDEN) & MASK64
+
+
+def reps_for(claimed_gflops: float, instances: int, n: int, target_s: float) -> int:
+    """How many n-order products one instance computes so the claimed speed needs target_s (2 n^3 flops each
+    at claimed / instances GFLOP/s), at least 1 and within MAX_BYTES. A claim beyond that just gets a
+    shorter challenge: a node slower than its claim still shows in the observed time."""
     per_instance = max(claimed_gflops, 0.0) / max(instances, 1) * 1e9
-    n = (per_instance * target_s / 2) ** (1 / 3)
-    return int(min(MAX_N, max(MIN_N, round(n / N_STEP) * N_STEP)))
+    reps = round(per_instance * target_s / (2 * n**3))
+    return int(max(1, min(reps, MAX_BYTES // (4 * n * n))))
+
+
+def order_of(evidence_n: object) -> int:
+    """The challenge's order: the probe's own (its speed depends on n through the caches), held in range."""
+    n = evidence_n if type(evidence_n) is int else DEFAULT_N
+    return max(MIN_N, min(MAX_N, n))
 
 
 def _uniform(state: int, first: int, count: int) -> np.ndarray:
     """Draws first..first+count-1 of splitmix64 started at `state`, as the capsule's ce_rng_uniform floats."""
-    k = np.arange(first + 1, first + count + 1, dtype=np.uint64)
+    return _uniform_at(state, np.arange(first, first + count, dtype=np.uint64))
+
+
+def _uniform_at(state: int, index: np.ndarray) -> np.ndarray:
+    """Draws number `index` (0-based, any shape) of the splitmix64 stream started at `state`."""
+    k = index.astype(np.uint64) + np.uint64(1)
     with np.errstate(over="ignore"):
         z = np.uint64(state) + k * np.uint64(GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -61,14 +82,6 @@ def _uniform(state: int, first: int, count: int) -> np.ndarray:
     z = z ^ (z >> np.uint64(31))
     bits = (z >> np.uint64(40)).astype(np.int64) - (1 << 23)
     return (bits.astype(np.float32) * np.float32(1.0 / (1 << 23))).astype(np.float32)
-
-
-def inputs_rows(seed: int, n: int, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The named rows of A and all of B for an instance seed (what ce_sgemm_inputs fills)."""
-    state = (seed ^ SGEMM_STREAM) & MASK64
-    a_rows = np.stack([_uniform(state, r * n, n) for r in rows]) if rows else np.zeros((0, n), np.float32)
-    b = _uniform(state, n * n, n * n).reshape(n, n)
-    return a_rows, b
 
 
 def leaf_hash(row: bytes) -> bytes:
@@ -94,9 +107,9 @@ def merkle_root(rows: Sequence[bytes]) -> bytes:
     return level[0]
 
 
-def check_proof(row: bytes, index: int, siblings: Sequence[bytes], root: bytes, n: int) -> None:
-    """Raises ChallengeError unless row is leaf `index` of the n-leaf tree with this root."""
-    depth = tree_width(n).bit_length() - 1
+def check_proof(row: bytes, index: int, siblings: Sequence[bytes], root: bytes, leaves: int) -> None:
+    """Raises ChallengeError unless row is leaf `index` of the tree of `leaves` leaves with this root."""
+    depth = tree_width(leaves).bit_length() - 1
     if len(siblings) != depth or any(len(s) != 32 for s in siblings):
         raise ChallengeError("wrong_proof", f"row {index}: expected {depth} sibling hashes of 32 bytes")
     h, k = leaf_hash(row), index
@@ -107,25 +120,34 @@ def check_proof(row: bytes, index: int, siblings: Sequence[bytes], root: bytes, 
         raise ChallengeError("wrong_proof", f"row {index} does not open the committed root")
 
 
-def check_rows(seed: int, n: int, opened: dict[int, np.ndarray]) -> float:
-    """Recomputes each opened row in float64; returns the worst error ratio, where 1.0 is the worst-case
-    fp32 summation error n * 2^-24 * sum|a_ip b_pj| (the same bound as the probe's own check). Raises
-    ChallengeError when a row is off by more, or holds NaN/inf."""
-    rows = sorted(opened)
-    a_rows, b = inputs_rows(seed, n, rows)
-    b64 = b.astype(np.float64)
-    worst = 0.0
-    for a_row, r in zip(a_rows.astype(np.float64), rows, strict=True):
-        ref = a_row @ b64
-        bound = n * EPS32 * (np.abs(a_row) @ np.abs(b64)) + 1e-30
-        got = opened[r].astype(np.float64)
-        if not np.all(np.isfinite(got)):
-            raise ChallengeError("wrong_rows", f"row {r} holds NaN or infinity")
-        ratio = float(np.max(np.abs(got - ref) / bound))
-        if not ratio < 1.0:
-            raise ChallengeError("wrong_rows", f"row {r} differs from the product (error ratio {ratio:.3g})")
-        worst = max(worst, ratio)
+def check_entries(seed: int, n: int, leaf: int, values: np.ndarray, columns: Sequence[int]) -> float:
+    """Recomputes entries `columns` of leaf `leaf` (row leaf % n of product leaf // n) in float64; returns
+    the worst error ratio, where 1.0 is the worst-case fp32 summation error n * 2^-24 * sum|a_ip b_pj| (the
+    bound of the probe's own check). Raises ChallengeError when an entry is off by more, or any value of
+    the row is NaN/inf."""
+    if not np.all(np.isfinite(values)):
+        raise ChallengeError("wrong_rows", f"row {leaf} holds NaN or infinity")
+    t, i = divmod(leaf, n)
+    state = (product_seed(seed, t) ^ SGEMM_STREAM) & MASK64
+    a_row = _uniform(state, i * n, n).astype(np.float64)
+    cols = np.asarray(columns, dtype=np.uint64)
+    p = np.arange(n, dtype=np.uint64)
+    b_cols = _uniform_at(state, np.uint64(n * n) + p[:, None] * np.uint64(n) + cols[None, :]).astype(np.float64)
+    ref = a_row @ b_cols
+    bound = n * EPS32 * (np.abs(a_row) @ np.abs(b_cols)) + 1e-30
+    ratio = np.abs(values[np.asarray(columns)].astype(np.float64) - ref) / bound
+    worst = float(np.max(ratio))
+    if not worst < 1.0:
+        j = int(np.asarray(columns)[int(np.argmax(ratio))])
+        raise ChallengeError("wrong_rows", f"leaf {leaf}, column {j} differs from the product "
+                                           f"(error ratio {worst:.3g})")
     return worst
+
+
+def inputs_of(seed: int, n: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """A_t and B_t in full (tests compare them with the capsule's products)."""
+    state = (product_seed(seed, t) ^ SGEMM_STREAM) & MASK64
+    return _uniform(state, 0, n * n).reshape(n, n), _uniform(state, n * n, n * n).reshape(n, n)
 
 
 def encode_row(values: np.ndarray) -> str:

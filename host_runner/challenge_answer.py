@@ -13,17 +13,19 @@ import numpy as np
 from capsule.challenge import encode_row
 from host_runner.wasm import CapsuleError, Reactor, default_engine
 
-PROOF_BYTES = 32 * 12  # sibling hashes of a 2048-leaf tree (capsule/kernels/challenge.h: CE_CHALLENGE_MAX_N)
+PROOF_BYTES = 32 * 32  # room for the sibling hashes of any tree a challenge can make (at most 2^32 leaves)
 
 
 class SgemmAnswer:
-    """One challenge: `commit` computes every instance's product and returns the Merkle roots (hex);
-    `open` returns the named rows with their proofs. Holds the reactors (and their products) in between."""
+    """One challenge: `commit` computes every instance's products and returns the Merkle roots (hex);
+    `open` returns the named rows (leaves) with their proofs. Holds the reactors (and their products) in
+    between."""
 
-    def __init__(self, reactor_wasm: Path, seeds: list[int], n: int) -> None:
+    def __init__(self, reactor_wasm: Path, seeds: list[int], n: int, reps: int = 1) -> None:
         self.wasm = reactor_wasm
         self.seeds = seeds
         self.n = n
+        self.reps = reps
         self.reactors: list[Reactor] = []
 
     def commit(self) -> list[str]:
@@ -36,9 +38,10 @@ class SgemmAnswer:
             try:
                 reactor = Reactor(self.wasm, engine)
                 seed = self.seeds[i]
-                rc = int(reactor.call("ce_challenge_sgemm", seed & 0xFFFFFFFF, seed >> 32, self.n))
+                rc = int(reactor.call("ce_challenge_sgemm", seed & 0xFFFFFFFF, seed >> 32, self.n, self.reps))
                 if rc != 0:
-                    raise CapsuleError(f"the capsule could not compute the challenge (code {rc}, n={self.n})")
+                    raise CapsuleError(f"the capsule could not compute the challenge (code {rc}, n={self.n}, "
+                                       f"reps={self.reps})")
                 roots[i] = bytes(reactor.get(int(reactor.call("ce_challenge_root")), np.uint8, (32,))).hex()
                 reactors[i] = reactor
             except (CapsuleError, OSError) as exc:  # reported by commit(), never lost in a thread
@@ -55,12 +58,12 @@ class SgemmAnswer:
         return roots
 
     def open(self, rows: list[Any]) -> list[dict[str, Any]]:
-        """rows: [[instance, row], ...] as the relay named them; invalid entries raise ValueError."""
+        """rows: [[instance, leaf], ...] as the relay named them; invalid entries raise ValueError."""
         out = []
         for item in rows:
             if (not isinstance(item, list) or len(item) != 2 or not all(type(v) is int for v in item)
-                    or not 0 <= item[0] < len(self.reactors) or not 0 <= item[1] < self.n):
-                raise ValueError(f"not an [instance, row] of this challenge: {item!r:.60}")
+                    or not 0 <= item[0] < len(self.reactors) or not 0 <= item[1] < self.n * self.reps):
+                raise ValueError(f"not an [instance, leaf] of this challenge: {item!r:.60}")
             reactor = self.reactors[item[0]]
             row = reactor.get(int(reactor.call("ce_challenge_row", item[1])), np.float32, (self.n,))
             buf = int(reactor.call("ce_alloc", PROOF_BYTES))

@@ -22,7 +22,7 @@ from capsule.signing import Signer, check_signature, default_verify, node_id, si
 from host_runner.challenge_answer import SgemmAnswer
 from host_runner.wasm import CapsuleError
 
-AnswerFactory = Callable[[Path, list[int], int], SgemmAnswer]
+AnswerFactory = Callable[[Path, list[int], int, int], SgemmAnswer]
 
 
 class LiveSession:
@@ -85,11 +85,11 @@ class LiveSession:
             return
         try:
             seeds = [int(s, 16) for s in message["seeds"]]
-            n, cid = int(message["n"]), str(message["id"])
+            n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
-        answer = self.answer_factory(self.reactor_wasm, seeds, n)
+        answer = self.answer_factory(self.reactor_wasm, seeds, n, reps)
         if self._answer is not None:  # a new challenge supersedes one the relay gave up on
             self._answer[1].release()
             self._answer = None

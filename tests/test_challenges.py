@@ -11,17 +11,19 @@ import numpy as np
 import pytest
 
 from capsule.challenge import (
+    MAX_BYTES,
     MAX_N,
     MIN_N,
     ChallengeError,
+    check_entries,
     check_proof,
-    check_rows,
     decode_row,
     encode_row,
-    inputs_rows,
+    inputs_of,
     instance_seed,
     merkle_root,
-    order_for,
+    order_of,
+    reps_for,
 )
 from host_runner.challenge_answer import SgemmAnswer
 from web.challenges import check_opened, new_challenge, on_commit, parse_opening
@@ -35,67 +37,83 @@ CONFIG = RelayConfig()
 @pytest.fixture(scope="module")
 def answered(artifacts: Any) -> tuple[SgemmAnswer, list[str]]:
     seeds = [instance_seed(BEACON["value"], "00ff", i) for i in range(2)]
-    answer = SgemmAnswer(artifacts.reactor, seeds, 200)  # 200 leaves: a padded tree (width 256)
+    answer = SgemmAnswer(artifacts.reactor, seeds, 101, 3)  # 303 leaves: 4-lane hashing and 3 alone; width 512
     return answer, answer.commit()
 
 
 def rows_of(answer: SgemmAnswer, instance: int) -> np.ndarray:
+    """Every leaf of an instance: the rows of all its products, product-major."""
     reactor = answer.reactors[instance]
     return np.stack([reactor.get(int(reactor.call("ce_challenge_row", i)), np.float32, (answer.n,))
-                     for i in range(answer.n)])
+                     for i in range(answer.n * answer.reps)])
 
 
 def test_capsule_commitment_matches_reference(answered: tuple[SgemmAnswer, list[str]]) -> None:
-    """The wasm tree over C's rows equals the Python reference, and C is the product of the seed's inputs
-    (so the relay's regeneration of A and B is the capsule's own)."""
+    """The wasm tree over the products' rows equals the Python reference, and each C_t is the product of
+    the seed's inputs for t (so the relay's regeneration of A_t and B_t is the capsule's own)."""
     answer, roots = answered
+    n = answer.n
     for i in range(2):
-        c = rows_of(answer, i)
-        assert merkle_root([row.astype("<f4").tobytes() for row in c]).hex() == roots[i]
-        a, b = inputs_rows(answer.seeds[i], answer.n, list(range(answer.n)))
-        assert np.max(np.abs(a.astype(np.float64) @ b.astype(np.float64) - c)) < 1e-3
+        leaves = rows_of(answer, i)
+        assert merkle_root([row.astype("<f4").tobytes() for row in leaves]).hex() == roots[i]
+        for t in range(answer.reps):
+            a, b = inputs_of(answer.seeds[i], n, t)
+            assert np.max(np.abs(a.astype(np.float64) @ b.astype(np.float64) - leaves[t * n:(t + 1) * n])) < 1e-3
     assert roots[0] != roots[1]
+    assert not np.array_equal(rows_of(answer, 0)[:n], rows_of(answer, 0)[n:2 * n])  # each product its own
 
 
 def test_openings_verify_and_tampering_is_caught(answered: tuple[SgemmAnswer, list[str]]) -> None:
     answer, roots = answered
-    (opened,) = answer.open([[1, 199]])  # the last real leaf, beside the padding
+    leaves = answer.n * answer.reps
+    (opened,) = answer.open([[1, leaves - 1]])  # the last real leaf, beside the padding
     raw = decode_row(opened["values"], answer.n)
     proof = [bytes.fromhex(h) for h in opened["proof"]]
     root = bytes.fromhex(roots[1])
-    check_proof(raw, 199, proof, root, answer.n)
-    assert check_rows(answer.seeds[1], answer.n, {199: np.frombuffer(raw, "<f4")}) < 1.0
+    check_proof(raw, leaves - 1, proof, root, leaves)
+    assert check_entries(answer.seeds[1], answer.n, leaves - 1, np.frombuffer(raw, "<f4"), range(answer.n)) < 1.0
     flipped = bytearray(raw)
     flipped[5] ^= 1
     with pytest.raises(ChallengeError, match="does not open") as exc:
-        check_proof(bytes(flipped), 199, proof, root, answer.n)
+        check_proof(bytes(flipped), leaves - 1, proof, root, leaves)
     assert exc.value.code == "wrong_proof"
     with pytest.raises(ChallengeError):
-        check_proof(raw, 198, proof, root, answer.n)  # the right row claimed at another index
+        check_proof(raw, leaves - 2, proof, root, leaves)  # the right row claimed at another index
     with pytest.raises(ChallengeError, match="sibling"):
-        check_proof(raw, 199, proof[:-1], root, answer.n)
+        check_proof(raw, leaves - 1, proof[:-1], root, leaves)
 
 
 def test_row_check_catches_one_wrong_entry(answered: tuple[SgemmAnswer, list[str]]) -> None:
     answer, _ = answered
-    row = rows_of(answer, 0)[17].copy()
-    assert check_rows(answer.seeds[0], answer.n, {17: row}) < 0.01  # a correct row is far inside the bound
-    for wrong in (row * (1 + 1e-3), np.where(np.arange(answer.n) == 3, row + 0.01, row), np.full_like(row, np.nan)):
+    leaf = answer.n + 17  # row 17 of the second product
+    row = rows_of(answer, 0)[leaf].copy()
+    every = range(answer.n)
+    assert check_entries(answer.seeds[0], answer.n, leaf, row, every) < 0.1  # far inside the bound
+    for wrong in (row * (1 + 1e-3), np.where(np.arange(answer.n) == 3, row + 0.01, row),
+                  np.full_like(row, np.nan)):
         with pytest.raises(ChallengeError) as exc:
-            check_rows(answer.seeds[0], answer.n, {17: wrong.astype(np.float32)})
+            check_entries(answer.seeds[0], answer.n, leaf, wrong.astype(np.float32), every)
         assert exc.value.code == "wrong_rows"
-    # the product of a different seed (work done, but not the work asked) fails too
+    # the same row of another product, or of another seed (work done, but not the work asked), fails too
     with pytest.raises(ChallengeError):
-        check_rows(answer.seeds[1], answer.n, {17: row})
+        check_entries(answer.seeds[0], answer.n, 17, row, every)
+    with pytest.raises(ChallengeError):
+        check_entries(answer.seeds[1], answer.n, leaf, row, every)
+    # a sample of columns finds a row that is wrong in half its entries
+    half = np.where(np.arange(answer.n) % 2 == 0, row, row + 1.0).astype(np.float32)
+    with pytest.raises(ChallengeError):
+        check_entries(answer.seeds[0], answer.n, leaf, half, random.Random(3).sample(every, 16))
 
 
-def test_order_sized_to_the_claim() -> None:
-    # 2 n^3 at the claimed per-instance speed takes the target time
-    n = order_for(40.0, 2, 0.5)
-    assert abs(2 * n**3 / 20e9 - 0.5) < 0.05
-    assert order_for(0.001, 1, 0.5) == MIN_N
-    assert order_for(1e6, 1, 0.5) == MAX_N
-    assert order_for(40.0, 4, 0.5) < order_for(40.0, 2, 0.5)
+def test_work_sized_to_the_claim() -> None:
+    # reps products of 2 n^3 at the claimed per-instance speed take the target time
+    reps = reps_for(40.0, 2, 1024, 0.5)
+    assert abs(reps * 2 * 1024**3 / 20e9 - 0.5) < 0.06
+    assert reps_for(0.001, 1, 1024, 0.5) == 1
+    assert reps_for(1e6, 1, 1024, 0.5) * 4 * 1024**2 == MAX_BYTES  # held within the capsule's memory cap
+    assert reps_for(40.0, 4, 1024, 0.5) < reps_for(40.0, 2, 1024, 0.5)
+    assert (order_of(512), order_of(None), order_of(10), order_of(10**6), order_of(True)) == (512, 1024, MIN_N,
+                                                                                              MAX_N, 1024)
 
 
 def test_decode_row_names_the_problem() -> None:
@@ -107,9 +125,9 @@ def test_decode_row_names_the_problem() -> None:
 
 
 def challenge_for(answer: SgemmAnswer) -> Any:
-    ch = new_challenge("node", 1.0, len(answer.seeds), BEACON, "00ff", 0.0, 100.0, CONFIG)
+    ch = new_challenge("node", 1.0, len(answer.seeds), answer.n, BEACON, "00ff", 0.0, 100.0, CONFIG)
     assert ch.seeds == answer.seeds
-    ch.n = answer.n  # sized for the fixture's product
+    ch.n, ch.reps = answer.n, answer.reps  # the fixture's small size, not a 1 GFLOP/s claim's
     return ch
 
 
@@ -125,12 +143,12 @@ def test_state_machine_refusals(answered: tuple[SgemmAnswer, list[str]]) -> None
         on_commit(challenge_for(answer), {"roots": roots}, 100 + CONFIG.challenge_commit_timeout_s + 1, rng, CONFIG)
     assert exc.value.code == "late"
     opening = on_commit(ch, {"roots": roots}, 100.5, rng, CONFIG)
-    assert ch.observed_gflops == pytest.approx(2 * 2 * 200**3 / 0.5 / 1e9)
+    assert ch.observed_gflops == pytest.approx(2 * 2 * 3 * 101**3 / 0.5 / 1e9)
     with pytest.raises(ChallengeError) as exc:
         on_commit(ch, {"roots": roots}, 100.6, rng, CONFIG)
     assert exc.value.code == "replayed"
     rows = answer.open(opening["rows"])
-    assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.7, CONFIG)) < 1.0
+    assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.7, CONFIG), rng, CONFIG) < 1.0
     with pytest.raises(ChallengeError) as exc:
         parse_opening(ch, {"rows": rows[::-1]}, 100.7, CONFIG)
     assert exc.value.code == "malformed_opening"

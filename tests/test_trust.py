@@ -98,8 +98,8 @@ def test_overstating_node_is_flagged_and_counts_nothing(relay: RelayProcess, mea
 class WrongInputs(SgemmAnswer):
     """Computes and commits honestly, but the product of other inputs: proofs hold, rows do not."""
 
-    def __init__(self, wasm: Path, seeds: list[int], n: int) -> None:
-        super().__init__(wasm, [s ^ 1 for s in seeds], n)
+    def __init__(self, wasm: Path, seeds: list[int], n: int, reps: int) -> None:
+        super().__init__(wasm, [s ^ 1 for s in seeds], n, reps)
 
 
 class WrongRoots(SgemmAnswer):
@@ -176,8 +176,9 @@ def test_bad_replies_get_stable_codes_and_keep_the_session(relay: RelayProcess, 
 
         def answer_to(message: dict[str, Any]) -> dict[str, Any]:
             ws.send(json.dumps(message))
-            while True:  # skip pings and acks
-                frame = json.loads(ws.recv(timeout=10))
+            while True:  # skip pings, acks and bandwidth probes (binary)
+                raw = ws.recv(timeout=10)
+                frame = json.loads(raw) if isinstance(raw, str) else {"type": "bw_probe"}
                 if frame["type"] in ("error", "challenge_result", "open"):
                     return dict(frame)
 
@@ -190,7 +191,8 @@ def test_bad_replies_get_stable_codes_and_keep_the_session(relay: RelayProcess, 
         result = answer_to({"type": "commit", "id": "not-a-challenge", "roots": []})
         assert result["type"] == "challenge_result" and result["code"] == "unknown_challenge"
         while True:  # the relay's challenge arrives; commit garbage to it
-            frame = json.loads(ws.recv(timeout=30))
+            raw = ws.recv(timeout=30)
+            frame = json.loads(raw) if isinstance(raw, str) else {"type": "bw_probe"}
             if frame["type"] == "challenge":
                 break
         result = answer_to({"type": "commit", "id": frame["id"], "roots": ["00"]})
@@ -262,7 +264,9 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
                 body = wait_for(relay, agent.node_id,
                                 lambda b: b["trust"]["challenges"]["passed"] >= at_verified + 20, 180,
                                 "20 more challenges", no_flag)
-                assert body["trust"]["status"] == "verified" and body["trust"]["challenges"]["failed"] == 0
+                failed = [e for e in relay.get(f"/v1/nodes/{agent.node_id}/history")[1]["events"]
+                          if e["event"] == "challenge" and not e["passed"]]
+                assert body["trust"]["status"] == "verified" and not failed, (body["trust"], failed)
                 s = stats(relay)
                 assert s["verified_nodes"] == 1
                 assert 0 < s["cpu_gflops"] <= s["claimed"]["cpu_gflops"]

@@ -21,18 +21,22 @@ class NodeEntry:
     rtt_ms: float | None = None
     claimed_gflops: float | None = None  # the whole-CPU figure challenges are sized for and judged against
     instances: int = 1                   # how many capsule instances ran concurrently for that figure
+    sgemm_n: int | None = None           # the order of the SGEMM behind that figure (challenges use it)
     verified: Contribution = Contribution()  # what the verified scoreboard counts (web/trust.py)
 
 
-def claim_of(profile: dict[str, Any]) -> tuple[float | None, int]:
-    """The whole-CPU GFLOP/s claim and its concurrent instance count (1 when the evidence does not say)."""
+def claim_of(profile: dict[str, Any]) -> tuple[float | None, int, int | None]:
+    """The whole-CPU GFLOP/s claim, its concurrent instance count (1 when the evidence does not say) and its
+    SGEMM order (None when the evidence does not say)."""
     gflops = profile["cpu"].get("gflops_fp32")
     evidence = profile.get("evidence")
     cpu = evidence.get("cpu") if isinstance(evidence, dict) else None
     record = cpu.get("gflops_fp32") if isinstance(cpu, dict) else None
     instances = record.get("instances") if isinstance(record, dict) else None
     count = len(instances) if isinstance(instances, list) and instances else 1
-    return (float(gflops) if isinstance(gflops, int | float) and gflops > 0 else None), count
+    n = record.get("n") if isinstance(record, dict) else None
+    return (float(gflops) if isinstance(gflops, int | float) and gflops > 0 else None), count, \
+        (n if type(n) is int else None)
 
 
 class Atlas:
@@ -88,9 +92,9 @@ class Atlas:
         node_id = profile["node_id"]
         old = self.nodes.get(node_id)
         is_new = old is None
-        claimed, instances = claim_of(profile)
+        claimed, instances, sgemm_n = claim_of(profile)
         self.nodes[node_id] = NodeEntry(profile["measured_at"], profile["sig"], origin, Contribution.of(profile),
-                                        None if old is None else old.rtt_ms, claimed, instances,
+                                        None if old is None else old.rtt_ms, claimed, instances, sgemm_n,
                                         Contribution() if old is None else old.verified)
         if live:
             self.liveness.touch(node_id, now)

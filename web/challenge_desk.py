@@ -143,7 +143,7 @@ class ChallengeDesk:
             entry = self.relay.atlas.nodes.get(who.node_id or "")
             if entry is None or entry.claimed_gflops is None:
                 continue
-            ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, beacon,
+            ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, entry.sgemm_n, beacon,
                                secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
             ch.issued_at = now_wall
             who.challenge = ch
@@ -170,8 +170,8 @@ class ChallengeDesk:
         try:
             ch = self._current(who, message)
             opened = parse_opening(ch, message, time.perf_counter(), self.config)
-            # the recomputation is O(rows x n^2) in numpy (which releases the GIL): off the event loop
-            worst = await asyncio.to_thread(check_opened, ch, opened)
+            # the recomputation (numpy, ~1 ms) runs off the event loop all the same
+            worst = await asyncio.to_thread(check_opened, ch, opened, self.rng, self.config)
         except ChallengeError as exc:
             await self._fail(who, exc)
             return

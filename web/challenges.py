@@ -1,16 +1,18 @@
 """Challenges over the live session, as pure functions (time passed in; the arithmetic is capsule/challenge.py).
 
 node -> relay  {"type": "hello", "answers": ["sgemm"]}          the session opts in to challenges
-relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "seeds": [HEX16, ...],
+relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "reps": R, "seeds": [HEX16, ...],
                 "beacon_round": R, "nonce": HEX, "commit_within_s": S}
 node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...]}     one Merkle root per seed (instance)
-relay -> node  {"type": "open", "id": HEX, "rows": [[instance, row], ...]}   drawn after the commitment
-node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row", "values": BASE64, "proof": [HEX64]}]}
+relay -> node  {"type": "open", "id": HEX, "rows": [[instance, leaf], ...]}   drawn after the commitment
+node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf, "values": BASE64,
+                "proof": [HEX64]}]}
 relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
                 "observed_gflops": X | null}
 
-The relay times the commitment on its own clock: observed GFLOP/s = instances x 2 n^3 / (commitment received
-- challenge sent - session RTT). Every failure has a stable code (late, malformed_commit, wrong_proof,
+Each instance computes `reps` products of the claim's own order n (capsule/challenge.py); the relay times the
+commitment on its own clock: observed GFLOP/s = instances x reps x 2 n^3 / (commitment received - challenge
+sent - session RTT). Every failure has a stable code (late, malformed_commit, wrong_proof,
 wrong_rows, malformed_opening, unknown_challenge, replayed) and counts against the node (web/trust.py).
 """
 
@@ -23,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from capsule.challenge import ChallengeError, check_proof, check_rows, decode_row, instance_seed, order_for
+from capsule.challenge import (
+    ChallengeError,
+    check_entries,
+    check_proof,
+    decode_row,
+    instance_seed,
+    order_of,
+    reps_for,
+)
 from web.config import RelayConfig
 
 
@@ -32,6 +42,7 @@ class Challenge:
     id: str
     node_id: str
     n: int
+    reps: int
     seeds: list[int]
     beacon_round: int
     nonce: str
@@ -46,34 +57,37 @@ class Challenge:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.n ** 3 * len(self.seeds)
+        return 2.0 * self.n ** 3 * self.reps * len(self.seeds)
 
     @property
     def observed_gflops(self) -> float | None:
         return self.flops / self.commit_s / 1e9 if self.commit_s else None
 
     def message(self, config: RelayConfig) -> dict[str, Any]:
-        return {"type": "challenge", "id": self.id, "kind": "sgemm", "n": self.n,
+        return {"type": "challenge", "id": self.id, "kind": "sgemm", "n": self.n, "reps": self.reps,
                 "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "commit_within_s": config.challenge_commit_timeout_s}
 
     def record(self) -> dict[str, Any]:
         """What the history keeps: enough for anyone to recompute the challenge from the beacon."""
-        return {"id": self.id, "kind": "sgemm", "issued_at": self.issued_at, "n": self.n, "instances": len(self.seeds),
+        return {"id": self.id, "kind": "sgemm", "issued_at": self.issued_at, "n": self.n, "reps": self.reps,
+                "instances": len(self.seeds),
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
-                "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}')",
+                "seed_method": "instance i: first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}'); "
+                               "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64)",
                 "claimed_gflops": self.claimed_gflops, "rtt_ms": round(self.rtt_ms, 3),
                 "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                 "observed_gflops": round(self.observed_gflops, 3) if self.observed_gflops else None,
                 "rows": [list(r) for r in self.rows]}
 
 
-def new_challenge(node_id: str, claimed_gflops: float, instances: int, beacon: dict[str, Any], nonce: str,
-                  rtt_ms: float | None, now: float, config: RelayConfig) -> Challenge:
+def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: object, beacon: dict[str, Any],
+                  nonce: str, rtt_ms: float | None, now: float, config: RelayConfig) -> Challenge:
     k = max(1, min(instances, config.challenge_max_instances))
-    n = order_for(claimed_gflops, k, config.challenge_target_s)
+    n = order_of(sgemm_n)
+    reps = reps_for(claimed_gflops, k, n, config.challenge_target_s)
     seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
-    return Challenge(nonce[:16], node_id, n, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0)
+    return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0)
 
 
 def next_gap_s(beacon_value: str, node_id: str, count: int, verified: bool, config: RelayConfig) -> float:
@@ -103,7 +117,7 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
     except ValueError:
         raise ChallengeError("malformed_commit", "a root is not hex") from None
     ch.commit_s = max(elapsed - ch.rtt_ms / 1000, 1e-6)
-    ch.rows = [(i, rng.randrange(ch.n)) for i in range(len(ch.seeds))
+    ch.rows = [(i, rng.randrange(ch.n * ch.reps)) for i in range(len(ch.seeds))
                for _ in range(config.challenge_rows_per_instance)]
     ch.open_sent_at = now
     return {"type": "open", "id": ch.id, "rows": [list(r) for r in ch.rows]}
@@ -132,11 +146,15 @@ def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
             siblings = [bytes.fromhex(h) for h in proof]
         except ValueError:
             raise ChallengeError("malformed_opening", "a proof hash is not hex") from None
-        check_proof(raw, row, siblings, ch.roots[instance], ch.n)
+        check_proof(raw, row, siblings, ch.roots[instance], ch.n * ch.reps)
         opened.setdefault(instance, {})[row] = np.frombuffer(raw, "<f4")
     return opened
 
 
-def check_opened(ch: Challenge, opened: dict[int, dict[int, np.ndarray]]) -> float:
-    """Recomputes the opened rows (O(rows x n^2), run off the event loop); the worst error ratio."""
-    return max(check_rows(ch.seeds[instance], ch.n, rows) for instance, rows in opened.items())
+def check_opened(ch: Challenge, opened: dict[int, dict[int, np.ndarray]], rng: random.Random,
+                 config: RelayConfig) -> float:
+    """Recomputes `challenge_entries_per_row` entries of each opened row, at columns drawn now (after the
+    opening, so the node could not know them): O(rows x entries x n). The worst error ratio."""
+    entries = min(config.challenge_entries_per_row, ch.n)
+    return max(check_entries(ch.seeds[instance], ch.n, leaf, values, rng.sample(range(ch.n), entries))
+               for instance, rows in opened.items() for leaf, values in rows.items())

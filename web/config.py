@@ -71,7 +71,10 @@ class RelayConfig:
     # The commitment must arrive within this (s): a node 40x slower than its claim is late, not slow.
     challenge_commit_timeout_s: float = 20.0
     challenge_open_timeout_s: float = 10.0         # rows are opened from memory: only transfer time
-    challenge_rows_per_instance: int = 2           # rows opened per instance; each costs the relay O(n^2)
+    challenge_rows_per_instance: int = 2           # rows opened per instance (each ~4n bytes on the wire)
+    # Entries of each opened row the relay recomputes, at columns drawn after the opening: a row that is
+    # wrong in a fraction w of its entries passes with probability (1 - w)^64 (a garbage row: never).
+    challenge_entries_per_row: int = 64
     challenge_max_instances: int = 64              # a claim of more concurrent instances is challenged at 64
 
     # Trust (web/trust.py). Counters halve every trust_half_life_s.

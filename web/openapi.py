@@ -19,12 +19,25 @@ PROBLEM = {"type": "object", "required": ["type", "title", "status", "code"], "p
     "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
     "code": {"type": "string"}, "detail": {"type": "string"}, "field": {"type": "string"}}}
 NUM_OR_NULL = {"type": ["number", "null"]}
-STATS = {"type": "object", "properties": {
+STATS: dict[str, Any] = {"type": "object", "properties": {
     "nodes": {"type": "integer"}, "cpu_cores": {"type": "integer"}, "cpu_gflops": {"type": "number"},
     "gpus": {"type": "integer"}, "gpu_vram_mb": {"type": "integer"}, "gpu_tflops": {"type": "number"},
     "tokens_per_sec": {"type": "number"}, "storage_free_gb": {"type": "integer"}, "perf_score": {"type": "number"},
     "mesh": {"type": "object", "properties": {"median_rtt_ms": NUM_OR_NULL, "reachable_frac": NUM_OR_NULL,
                                                "regions": {"type": ["integer", "null"]}}}}}
+# /stats: the figures count verified capacity only; `claimed` sums the same fields as claimed
+SCOREBOARD: dict[str, Any] = {"type": "object", "properties": {
+    **STATS["properties"], "verified_nodes": {"type": "integer"}, "counting": {"type": "string"}, "claimed": STATS}}
+TRUST = {"type": "object", "required": ["status", "reason", "score", "observed", "counted", "challenges"],
+         "properties": {
+    "status": {"enum": ["unverified", "verified", "flagged"]}, "reason": {"type": "string"},
+    "score": {"type": "number"},
+    "observed": {"type": "object", "properties": {"gflops_fp32": NUM_OR_NULL, "gflops_fp32_median": NUM_OR_NULL,
+                                                   "tokens_per_sec": NUM_OR_NULL, "method": {"type": "string"}}},
+    "counted": {"type": "object", "properties": {"cpu_gflops": {"type": "number"}}},
+    "challenges": {"type": "object", "properties": {
+        "passed": {"type": "integer"}, "failed": {"type": "integer"}, "last_at": NUM_OR_NULL,
+        "last_code": {"type": ["string", "null"]}}}}}
 
 
 def problem(description: str) -> dict[str, Any]:
@@ -52,8 +65,15 @@ def document() -> dict[str, Any]:
             "/v1/nodes/{node_id}": {"get": {
                 "summary": "A node's latest profile and status",
                 "parameters": [{"name": "node_id", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "responses": {"200": json_ok("profile and status", {"type": "object"}),
+                "responses": {"200": json_ok("profile, status and trust (what the relay's challenges observed)",
+                                             {"type": "object", "properties": {"trust": TRUST}}),
                               "400": problem("not a NodeId"), "404": problem("unknown node")}}},
+            "/v1/nodes/{node_id}/history": {"get": {
+                "summary": "A node's profiles (their figures) and challenge results over time, oldest first",
+                "parameters": [{"name": "node_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                               {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}}],
+                "responses": {"200": json_ok("events", {"type": "object"}), "400": problem("bad parameter"),
+                              "404": problem("unknown node")}}},
             "/atlas": {"get": {
                 "summary": "Live nodes' latest profiles, paged by node id",
                 "parameters": [
@@ -62,9 +82,9 @@ def document() -> dict[str, Any]:
                 "responses": {"200": json_ok("a page", {"type": "object"}), "304": {"description": "not modified"},
                               "400": problem("bad parameter")}}},
             "/fabric/stats": {"get": {"summary": "FabricStats of this relay's live nodes",
-                                      "responses": {"200": json_ok("FabricStats", STATS)}}},
+                                      "responses": {"200": json_ok("FabricStats", SCOREBOARD)}}},
             "/stats": {"get": {"summary": "FabricStats of the whole atlas this relay knows",
-                               "responses": {"200": json_ok("FabricStats", STATS)}}},
+                               "responses": {"200": json_ok("FabricStats", SCOREBOARD)}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

@@ -97,8 +97,8 @@ EXPORT("ce_llm_forward") int x_llm_forward(ce_llm *m, int token, int pos) { retu
 EXPORT("ce_llm_logits") const float *x_llm_logits(const ce_llm *m) { return ce_llm_logits(m); }
 
 /* A relay's challenge (challenge.c): compute and commit, then open rows on request. */
-EXPORT("ce_challenge_sgemm") int x_challenge_sgemm(uint32_t seed_lo, uint32_t seed_hi, int n) {
-    return ce_challenge_sgemm((uint64_t)seed_hi << 32 | seed_lo, n);
+EXPORT("ce_challenge_sgemm") int x_challenge_sgemm(uint32_t seed_lo, uint32_t seed_hi, int n, int reps) {
+    return ce_challenge_sgemm((uint64_t)seed_hi << 32 | seed_lo, n, reps);
 }
 EXPORT("ce_challenge_root") const uint8_t *x_challenge_root(void) { return ce_challenge_root(); }
 EXPORT("ce_challenge_row") const float *x_challenge_row(int i) { return ce_challenge_row(i); }
