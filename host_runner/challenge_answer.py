@@ -16,27 +16,45 @@ from host_runner.wasm import CapsuleError, Reactor, default_engine
 PROOF_BYTES = 32 * 32  # room for the sibling hashes of any tree a challenge can make (at most 2^32 leaves)
 
 
+class ReactorPool:
+    """Reactor instances kept between challenges, one per instance index: a fresh instance's first touch of
+    ~30 MiB of linear memory costs page faults inside the timed window (measured: a warm instance answers
+    ~15% faster). Owned by one live session, so no two challenges share an instance."""
+
+    def __init__(self, reactor_wasm: Path) -> None:
+        self.wasm = reactor_wasm
+        self._reactors: list[Reactor] = []
+
+    def get(self, count: int) -> list[Reactor]:
+        engine = default_engine()
+        while len(self._reactors) < count:
+            self._reactors.append(Reactor(self.wasm, engine))
+        return self._reactors[:count]
+
+
 class SgemmAnswer:
     """One challenge: `commit` computes every instance's products and returns the Merkle roots (hex);
     `open` returns the named rows (leaves) with their proofs. Holds the reactors (and their products) in
     between."""
 
-    def __init__(self, reactor_wasm: Path, seeds: list[int], n: int, reps: int = 1) -> None:
+    def __init__(self, reactor_wasm: Path, seeds: list[int], n: int, reps: int = 1,
+                 pool: ReactorPool | None = None) -> None:
         self.wasm = reactor_wasm
         self.seeds = seeds
         self.n = n
         self.reps = reps
+        self.pool = pool or ReactorPool(reactor_wasm)
         self.reactors: list[Reactor] = []
 
     def commit(self) -> list[str]:
-        engine = default_engine()
+        pooled = self.pool.get(len(self.seeds))  # instantiated before the threads: not in the compute window
         reactors: list[Reactor | None] = [None] * len(self.seeds)
         roots: list[str] = [""] * len(self.seeds)
         errors: list[str] = []
 
         def work(i: int) -> None:
             try:
-                reactor = Reactor(self.wasm, engine)
+                reactor = pooled[i]
                 seed = self.seeds[i]
                 rc = int(reactor.call("ce_challenge_sgemm", seed & 0xFFFFFFFF, seed >> 32, self.n, self.reps))
                 if rc != 0:

@@ -19,10 +19,10 @@ from websockets.sync.client import connect
 
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
-from host_runner.challenge_answer import SgemmAnswer
+from host_runner.challenge_answer import ReactorPool, SgemmAnswer
 from host_runner.wasm import CapsuleError
 
-AnswerFactory = Callable[[Path, list[int], int, int], SgemmAnswer]
+AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
 
 
 class LiveSession:
@@ -33,6 +33,8 @@ class LiveSession:
         self.answer_factory = answer_factory  # tests inject wrong answers through it
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
         self._answer: tuple[str, SgemmAnswer] | None = None
+        self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
+        self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._send_lock = threading.Lock()
         self.url = relay_url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/") + "/v1/live"
         self.signer = signer
@@ -81,7 +83,7 @@ class LiveSession:
 
     def _challenge(self, ws: Any, message: dict[str, Any]) -> None:
         """Computes and commits on a worker thread (seconds of work must not stall pongs and heartbeats)."""
-        if self.reactor_wasm is None:
+        if self.reactor_wasm is None or self._pool is None:
             return
         try:
             seeds = [int(s, 16) for s in message["seeds"]]
@@ -89,14 +91,13 @@ class LiveSession:
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
-        answer = self.answer_factory(self.reactor_wasm, seeds, n, reps)
-        if self._answer is not None:  # a new challenge supersedes one the relay gave up on
-            self._answer[1].release()
-            self._answer = None
+        answer = self.answer_factory(self.reactor_wasm, seeds, n, reps, self._pool)
+        self._drop_answer()  # a new challenge supersedes one the relay gave up on
 
         def work() -> None:
             try:
-                roots = answer.commit()
+                with self._reactor_lock:
+                    roots = answer.commit()
             except CapsuleError as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
@@ -106,13 +107,21 @@ class LiveSession:
 
         threading.Thread(target=work, name="challenge", daemon=True).start()
 
+    def _drop_answer(self) -> None:
+        """Frees the committed products (the reactors stay in the pool, warm)."""
+        if self._answer is not None:
+            answer, self._answer = self._answer[1], None
+            with self._reactor_lock:
+                answer.release()
+
     def _open(self, ws: Any, message: dict[str, Any]) -> None:
         if self._answer is None or self._answer[0] != message.get("id"):
             self.errors.append({"type": "error", "code": "bad_open", "detail": "no commitment of that id"})
             return
         cid, answer = self._answer
         try:
-            rows = answer.open(message.get("rows") or [])
+            with self._reactor_lock:
+                rows = answer.open(message.get("rows") or [])
         except ValueError as exc:
             self.errors.append({"type": "error", "code": "bad_open", "detail": str(exc)})
             return
@@ -153,7 +162,6 @@ class LiveSession:
                 elif message.get("type") == "challenge_result":
                     self.results.append(message)
                     if self._answer is not None and self._answer[0] == message.get("id"):
-                        self._answer[1].release()
-                        self._answer = None
+                        self._drop_answer()
                 elif message.get("type") == "error":
                     self.errors.append(message)

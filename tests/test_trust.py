@@ -22,7 +22,7 @@ from websockets.sync.client import connect
 
 from capsule.signing import sign
 from common.keys import NodeKey
-from host_runner.challenge_answer import SgemmAnswer
+from host_runner.challenge_answer import ReactorPool, SgemmAnswer
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon, post_profile
@@ -66,6 +66,8 @@ def registered(relay: RelayProcess, measured: dict[str, Any], gflops_factor: flo
     body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
     body["node_id"] = key.node_id
     body["cpu"]["gflops_fp32"] = round(body["cpu"]["gflops_fp32"] * gflops_factor, 4)
+    if gflops_factor > 1:  # a liar claims the cores too: 3x of a fast run on 2 cores would pass no physical bound
+        body["cpu"]["cores"] = body["cpu"]["threads"] = round(body["cpu"]["cores"] * gflops_factor)
     post_profile(relay.url, sign("NodeProfile", body, key))
     return key
 
@@ -98,8 +100,8 @@ def test_overstating_node_is_flagged_and_counts_nothing(relay: RelayProcess, mea
 class WrongInputs(SgemmAnswer):
     """Computes and commits honestly, but the product of other inputs: proofs hold, rows do not."""
 
-    def __init__(self, wasm: Path, seeds: list[int], n: int, reps: int) -> None:
-        super().__init__(wasm, [s ^ 1 for s in seeds], n, reps)
+    def __init__(self, wasm: Path, seeds: list[int], n: int, reps: int, pool: ReactorPool) -> None:
+        super().__init__(wasm, [s ^ 1 for s in seeds], n, reps, pool)
 
 
 class WrongRoots(SgemmAnswer):
@@ -136,6 +138,17 @@ def test_wrong_answers_fail_and_flag(relay: RelayProcess, measured: dict[str, An
         session.stop()
 
 
+def test_profile_without_live_session_stays_unverified(relay: RelayProcess, measured: dict[str, Any]) -> None:
+    key = registered(relay, measured)
+    s = stats(relay)  # at once: without heartbeats the node is offline after 3 intervals (1.5 s here)
+    assert s["verified_nodes"] == 0 and s["cpu_gflops"] == 0
+    assert s["claimed"]["cpu_gflops"] >= measured["cpu"]["gflops_fp32"] - 0.001
+    time.sleep(3)  # three challenge intervals: nothing may happen to a node that never said hello
+    body = relay.get(f"/v1/nodes/{key.node_id}")[1]
+    assert body["trust"]["status"] == "unverified" and body["trust"]["challenges"]["passed"] == 0
+    assert "hello" in body["trust"]["reason"]
+
+
 def test_identities_on_one_host_are_challenged_at_the_same_moment(relay: RelayProcess, measured: dict[str, Any],
                                                                   artifacts: Any) -> None:
     """Two identities from one address (both claiming the whole machine) get each round's challenge at the
@@ -156,17 +169,6 @@ def test_identities_on_one_host_are_challenged_at_the_same_moment(relay: RelayPr
     finally:
         for s in sessions:
             s.stop()
-
-
-def test_profile_without_live_session_stays_unverified(relay: RelayProcess, measured: dict[str, Any]) -> None:
-    key = registered(relay, measured)
-    s = stats(relay)  # at once: without heartbeats the node is offline after 3 intervals (1.5 s here)
-    assert s["verified_nodes"] == 0 and s["cpu_gflops"] == 0
-    assert s["claimed"]["cpu_gflops"] >= measured["cpu"]["gflops_fp32"] - 0.001
-    time.sleep(3)  # three challenge intervals: nothing may happen to a node that never said hello
-    body = relay.get(f"/v1/nodes/{key.node_id}")[1]
-    assert body["trust"]["status"] == "unverified" and body["trust"]["challenges"]["passed"] == 0
-    assert "hello" in body["trust"]["reason"]
 
 
 def test_bad_replies_get_stable_codes_and_keep_the_session(relay: RelayProcess, measured: dict[str, Any]) -> None:
