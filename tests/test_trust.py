@@ -274,10 +274,15 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
                 assert 0 < s["cpu_gflops"] <= s["claimed"]["cpu_gflops"]
             finally:
                 agent.stop()
+            before = relay.get(f"/v1/nodes/{agent.node_id}")[1]["trust"]
     finally:
         for p in busy:
             p.kill()
             p.wait()
+    with RelayProcess(tmp_path / "relay", *FAST) as relay:  # trust is rebuilt from the stored history
+        after = relay.get(f"/v1/nodes/{agent.node_id}")[1]["trust"]
+        assert after["status"] == "verified" and after["challenges"] == before["challenges"]
+        assert after["observed"]["gflops_fp32"] == before["observed"]["gflops_fp32"]
 
 
 def test_three_identities_on_one_machine_count_one_machine(tmp_path: Path) -> None:
