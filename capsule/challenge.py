@@ -48,6 +48,16 @@ MAX_BYTES = 64 << 20          # CE_CHALLENGE_MAX_BYTES: the products one instanc
 DEFAULT_N = 1024             # when the claim's evidence names no order
 
 
+LLM_PROMPT = 32              # the probe's prompt tokens (capsule/kernels/probe_llm.c)
+LLM_MAX_DECODE = 224         # CE_LLM_SEQ_LEN - LLM_PROMPT
+
+
+def decode_for(claimed_tokens_per_sec: float, target_s: float) -> int:
+    """Decode steps of a reference-model challenge: prompt + decode forward passes take target_s at the
+    claimed tokens/s (one pass per token, prefill included), held within [8, LLM_MAX_DECODE]."""
+    return int(max(8, min(LLM_MAX_DECODE, round(claimed_tokens_per_sec * target_s) - LLM_PROMPT)))
+
+
 def product_seed(seed: int, t: int) -> int:
     return (seed + t * GOLDEN) & MASK64
 

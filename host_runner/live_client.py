@@ -19,18 +19,21 @@ from websockets.sync.client import connect
 
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
-from host_runner.challenge_answer import ReactorPool, SgemmAnswer
+from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer
 from host_runner.wasm import CapsuleError
 
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
+LlmAnswer = Callable[[ReactorPool, int, int], str]
 
 
 class LiveSession:
     def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None,
-                 reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer) -> None:
+                 reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer,
+                 llm: LlmAnswer = llm_answer) -> None:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
-        self.answer_factory = answer_factory  # tests inject wrong answers through it
+        self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
+        self.llm = llm
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
         self._answer: tuple[str, SgemmAnswer] | None = None
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
@@ -85,6 +88,9 @@ class LiveSession:
         """Computes and commits on a worker thread (seconds of work must not stall pongs and heartbeats)."""
         if self.reactor_wasm is None or self._pool is None:
             return
+        if message.get("kind") == "llm":
+            self._llm_challenge(ws, message)
+            return
         try:
             seeds = [int(s, 16) for s in message["seeds"]]
             n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
@@ -106,6 +112,28 @@ class LiveSession:
                 self._send(ws, {"type": "commit", "id": cid, "roots": roots})
 
         threading.Thread(target=work, name="challenge", daemon=True).start()
+
+    def _llm_challenge(self, ws: Any, message: dict[str, Any]) -> None:
+        pool = self._pool
+        try:
+            seed, decode, cid = int(message["seeds"][0], 16), int(message["decode"]), str(message["id"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
+            return
+        if pool is None:
+            return
+
+        def work() -> None:
+            try:
+                with self._reactor_lock:
+                    token_hash = self.llm(pool, seed, decode)
+            except CapsuleError as exc:
+                self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
+                return
+            with contextlib.suppress(OSError, WebSocketException):
+                self._send(ws, {"type": "commit", "id": cid, "token_ids_sha256": token_hash})
+
+        threading.Thread(target=work, name="challenge-llm", daemon=True).start()
 
     def _drop_answer(self) -> None:
         """Frees the committed products (the reactors stay in the pool, warm)."""
@@ -131,7 +159,7 @@ class LiveSession:
         with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22) as ws:
             welcome = json.loads(ws.recv(timeout=10))
             if self.reactor_wasm is not None:
-                self._send(ws, {"type": "hello", "answers": ["sgemm"]})
+                self._send(ws, {"type": "hello", "answers": ["sgemm", "llm"]})
             interval = float(welcome["heartbeat_interval_s"])
             seq, next_beat = 0, 0.0
             while not self._stop.is_set():

@@ -26,7 +26,7 @@ from capsule.challenge import (
     reps_for,
 )
 from host_runner.challenge_answer import SgemmAnswer
-from web.challenges import check_opened, new_challenge, on_commit, parse_opening
+from web.challenges import check_opened, new_challenge, new_llm_challenge, on_commit, parse_opening
 from web.config import RelayConfig
 from web.trust import Trust
 
@@ -143,7 +143,7 @@ def test_state_machine_refusals(answered: tuple[SgemmAnswer, list[str]]) -> None
         on_commit(challenge_for(answer), {"roots": roots}, 100 + CONFIG.challenge_commit_timeout_s + 1, rng, CONFIG)
     assert exc.value.code == "late"
     opening = on_commit(ch, {"roots": roots}, 100.5, rng, CONFIG)
-    assert ch.observed_gflops == pytest.approx(2 * 2 * 3 * 101**3 / 0.5 / 1e9)
+    assert opening is not None and ch.observed_gflops == pytest.approx(2 * 2 * 3 * 101**3 / 0.5 / 1e9)
     with pytest.raises(ChallengeError) as exc:
         on_commit(ch, {"roots": roots}, 100.6, rng, CONFIG)
     assert exc.value.code == "replayed"
@@ -180,3 +180,33 @@ def test_trust_states() -> None:
     assert t.judge(50.0, later, config)[0] == "verified"
     assert t.score(later, config) < 2.0
 
+
+
+def test_llm_challenge_is_the_probes_own_decode(artifacts: Any) -> None:
+    """ce_llm_challenge with the probe's 128 steps reproduces the probe's token_ids_sha256 for the same seed,
+    so a reference-model challenge checks the very computation behind tokens/s."""
+    import hashlib
+
+    from host_runner.challenge_answer import ReactorPool, llm_answer
+    from host_runner.wasm import Reactor
+
+    seed_hex = "5eed"
+    report = Reactor(artifacts.reactor).run(["--probes", "llm", "--seed", seed_hex, "--budget-ms", "200",
+                                             "--soft-budget"]).report()
+    seed64 = int.from_bytes(hashlib.sha256(bytes.fromhex(seed_hex)).digest()[:8], "little")  # the driver's seed64_of
+    assert llm_answer(ReactorPool(artifacts.reactor), seed64, 128) == report["probes"]["llm"]["token_ids_sha256"]
+
+
+def test_llm_state_machine() -> None:
+    rng = random.Random(2)
+    ch = new_llm_challenge("node", 100.0, BEACON, "00ff", 1.0, 100.0, CONFIG)
+    assert ch.decode == 18 and ch.message(CONFIG)["kind"] == "llm"  # 100 tokens/s x 0.5 s = 50 passes - 32
+    for bad in ({}, {"token_ids_sha256": "AB" * 32}, {"token_ids_sha256": "ab"}):
+        with pytest.raises(ChallengeError) as exc:
+            on_commit(ch, bad, 100.4, rng, CONFIG)
+        assert exc.value.code == "malformed_commit"
+    assert on_commit(ch, {"token_ids_sha256": "ab" * 32}, 100.501, rng, CONFIG) is None  # no opening
+    assert ch.observed_tps == pytest.approx(50 / 0.5) and ch.observed_gflops is None
+    with pytest.raises(ChallengeError) as exc:
+        on_commit(ch, {"token_ids_sha256": "ab" * 32}, 100.6, rng, CONFIG)
+    assert exc.value.code == "replayed"

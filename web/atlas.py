@@ -22,7 +22,13 @@ class NodeEntry:
     claimed_gflops: float | None = None  # the whole-CPU figure challenges are sized for and judged against
     instances: int = 1                   # how many capsule instances ran concurrently for that figure
     sgemm_n: int | None = None           # the order of the SGEMM behind that figure (challenges use it)
+    claimed_tps: float | None = None     # the reference model's tokens/s claim
     verified: Contribution = Contribution()  # what the verified scoreboard counts (web/trust.py)
+
+
+def tps_of(profile: dict[str, Any]) -> float | None:
+    tps = profile["llm"].get("tokens_per_sec")
+    return float(tps) if isinstance(tps, int | float) and tps > 0 else None
 
 
 def claim_of(profile: dict[str, Any]) -> tuple[float | None, int, int | None]:
@@ -95,7 +101,8 @@ class Atlas:
         claimed, instances, sgemm_n = claim_of(profile)
         self.nodes[node_id] = NodeEntry(profile["measured_at"], profile["sig"], origin, Contribution.of(profile),
                                         None if old is None else old.rtt_ms, claimed, instances, sgemm_n,
-                                        Contribution() if old is None else old.verified)
+                                        claimed_tps=tps_of(profile),
+                                        verified=Contribution() if old is None else old.verified)
         if live:
             self.liveness.touch(node_id, now)
             self._go_live(node_id)

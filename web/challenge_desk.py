@@ -12,13 +12,25 @@ import json
 import logging
 import random
 import secrets
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from capsule.challenge import ChallengeError
-from web.challenges import Challenge, check_opened, new_challenge, next_gap_s, on_commit, parse_opening
+from common.reactor import CapsuleError, Reactor
+from web.challenges import (
+    Challenge,
+    check_opened,
+    new_challenge,
+    new_llm_challenge,
+    next_gap_s,
+    on_commit,
+    parse_opening,
+)
 from web.stats import MILLI, Contribution
 from web.store import Store
 from web.trust import Trust
@@ -40,6 +52,7 @@ class Challengee:
     rtt_ms: float | None = None
     challenge: Challenge | None = None
     active: bool = True                        # False: opted out of new challenges (hello without answers)
+    answers: frozenset[str] = frozenset({"sgemm"})  # the kinds this client answers
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
 
 
@@ -53,6 +66,8 @@ class ChallengeDesk:
         self.trust: dict[str, Trust] = {}
         self._statuses: dict[str, str] = {}    # the status each node was last shown with
         self.rng = random.Random(secrets.randbits(64))
+        self._llm_checker: Reactor | None = None
+        self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -60,21 +75,23 @@ class ChallengeDesk:
         """Replays stored results (oldest first) into the trust state at start."""
         for node_id, at, result in results:
             self.trust.setdefault(node_id, Trust(decayed_at=at)).record(
-                bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config)
+                bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config,
+                result.get("observed_tokens_per_sec"))
         for node_id in self.trust:
             self.refresh(node_id, time.time())
 
     def trust_json(self, node_id: str, now: float) -> dict[str, Any]:
         entry = self.relay.atlas.nodes.get(node_id)
         claimed = entry.claimed_gflops if entry else None
-        return self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config)
+        tps = entry.claimed_tps if entry else None
+        return self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps)
 
     def status(self, node_id: str, now: float) -> str:
         entry = self.relay.atlas.nodes.get(node_id)
         trust = self.trust.get(node_id)
         if entry is None or trust is None:
             return "unverified"
-        return trust.judge(entry.claimed_gflops, now, self.config)[0]
+        return trust.judge(entry.claimed_gflops, now, self.config, entry.claimed_tps)[0]
 
     def refresh(self, node_id: str, now: float) -> None:
         """Recomputes what the node adds to the verified scoreboard (after a result or a new profile)."""
@@ -90,17 +107,20 @@ class ChallengeDesk:
             self.relay.atlas.set_verified(node_id, Contribution())
             return
         counted = trust.counted_gflops(entry.claimed_gflops, self.config)
+        tps = trust.counted_tps(entry.claimed_tps, self.config)
         self.relay.atlas.set_verified(node_id, Contribution(cores=entry.contribution.cores,
-                                                            cpu_mgflops=round(counted * MILLI)))
+                                                            cpu_mgflops=round(counted * MILLI),
+                                                            mtokens_per_sec=round(tps * MILLI)))
 
     def verified_count(self) -> int:
         return len(self.relay.atlas.global_verified)
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    def hello(self, session_id: str, host: str, send: Any, active: bool = True) -> Challengee:
+    def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str]) -> Challengee:
         who = self.sessions.get(session_id) or Challengee(session_id, host, send)
-        who.active = active
+        who.active = "sgemm" in answers
+        who.answers = answers
         self.sessions[session_id] = who
         self.next_at.setdefault(host, time.time() + self.config.challenge_first_after_s)
         return who
@@ -139,12 +159,17 @@ class ChallengeDesk:
         first = min(w.node_id for w in group if w.node_id)
         self.next_at[host] = now_wall + next_gap_s(beacon["value"], first, self.rounds[host], verified, self.config)
         self.rounds[host] += 1
+        llm_round = self.rounds[host] % self.config.challenge_llm_every == 0 and self.config.reactor_wasm.exists()
         for who in group:
             entry = self.relay.atlas.nodes.get(who.node_id or "")
             if entry is None or entry.claimed_gflops is None:
                 continue
-            ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, entry.sgemm_n, beacon,
-                               secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
+            if llm_round and "llm" in who.answers and entry.claimed_tps:
+                ch = new_llm_challenge(who.node_id or "", entry.claimed_tps, beacon, secrets.token_hex(16),
+                                       who.rtt_ms, time.perf_counter(), self.config)
+            else:
+                ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, entry.sgemm_n, beacon,
+                                   secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
             ch.issued_at = now_wall
             who.challenge = ch
             await who.send(ch.message(self.config))
@@ -162,9 +187,39 @@ class ChallengeDesk:
     async def on_commit(self, who: Challengee, message: dict[str, Any]) -> None:
         try:
             ch = self._current(who, message)
-            await who.send(on_commit(ch, message, time.perf_counter(), self.rng, self.config))
+            opening = on_commit(ch, message, time.perf_counter(), self.rng, self.config)
+            if opening is not None:
+                await who.send(opening)
+                return
+            if self.rng.random() >= self.config.challenge_llm_check_fraction:
+                await self._finish(who, True, "passed", "token hash not recomputed this time (sampled)")
+                return
+            expected = await asyncio.to_thread(self._llm_hash, ch.seeds[0], ch.decode)
+            if expected != ch.token_hash:
+                raise ChallengeError("wrong_tokens", "the token ids differ from the reference model's")
         except ChallengeError as exc:
             await self._fail(who, exc)
+            return
+        except CapsuleError as exc:  # the relay's own reactor failed: not the node's fault
+            log.error("llm check failed", extra={"error": str(exc)})
+            await self._finish(who, True, "passed", "the relay could not recompute the token hash")
+            return
+        await self._finish(who, True, "passed", "token hash recomputed and equal")
+
+    def _llm_hash(self, seed: int, decode: int) -> str:
+        """The reference model's token hash for a challenge, by the capsule's own reactor (a worker thread)."""
+        with self._llm_lock:
+            if self._llm_checker is None:
+                self._llm_checker = Reactor(self.config.reactor_wasm)
+            reactor = self._llm_checker
+            buf = int(reactor.call("ce_alloc", 65))
+            try:
+                rc = int(reactor.call("ce_llm_challenge", seed & 0xFFFFFFFF, seed >> 32, decode, buf))
+                if rc != 0:
+                    raise CapsuleError(f"ce_llm_challenge returned {rc}")
+                return bytes(reactor.get(buf, np.uint8, (64,))).decode()
+            finally:
+                reactor.call("ce_free", buf)
 
     async def on_opening(self, who: Challengee, message: dict[str, Any]) -> None:
         try:
@@ -201,18 +256,21 @@ class ChallengeDesk:
         who.done_ids = {*list(who.done_ids)[-15:], ch.id}
         now = time.time()
         observed = ch.observed_gflops if passed else None
+        observed_tps = ch.observed_tps if passed else None
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
-        trust.record(passed, code, observed, now, self.config)
+        trust.record(passed, code, observed, now, self.config, observed_tps)
         self.refresh(ch.node_id, now)
         result = {**ch.record(), "passed": passed, "code": code, "detail": detail}
         if not passed:
-            result["observed_gflops"] = None
-        log.info("challenge", extra={"node_id": ch.node_id, "passed": passed, "code": code,
-                                     "observed_gflops": result["observed_gflops"], "n": ch.n})
+            result["observed_gflops"] = result["observed_tokens_per_sec"] = None
+        log.info("challenge", extra={"node_id": ch.node_id, "kind": ch.kind, "passed": passed, "code": code,
+                                     "observed_gflops": result.get("observed_gflops"),
+                                     "observed_tokens_per_sec": result.get("observed_tokens_per_sec")})
         await self._store(ch.node_id, now, result)
         if notify:
             await who.send({"type": "challenge_result", "id": ch.id, "passed": passed, "code": code, "detail": detail,
-                            "observed_gflops": result["observed_gflops"]})
+                            "observed_gflops": result.get("observed_gflops"),
+                            "observed_tokens_per_sec": result.get("observed_tokens_per_sec")})
 
     async def _store(self, node_id: str, now: float, result: dict[str, Any]) -> None:
         await self.relay.store.write(Store.put_history_op(node_id, now, "challenge", json.dumps(result).encode(),

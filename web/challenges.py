@@ -8,7 +8,13 @@ relay -> node  {"type": "open", "id": HEX, "rows": [[instance, leaf], ...]}   dr
 node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf, "values": BASE64,
                 "proof": [HEX64]}]}
 relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
-                "observed_gflops": X | null}
+                "observed_gflops": X | null, "observed_tokens_per_sec": X | null}
+
+A reference-model challenge (for sessions that answer "llm"): {"type": "challenge", "kind": "llm", "seeds":
+[HEX16], "decode": D, ...}; the node runs the capsule's ce_llm_challenge (the model and 32-token prompt of the
+seed, D greedy steps) and commits {"type": "commit", "id", "token_ids_sha256": HEX64}; there is no opening.
+Observed tokens/s = (32 + D) forward passes / the same timed window; the relay recomputes the hash on a
+sampled fraction (wrong_tokens when it differs).
 
 Each instance computes `reps` products of the claim's own order n (capsule/challenge.py); the relay times the
 commitment on its own clock: observed GFLOP/s = instances x reps x 2 n^3 / (commitment received - challenge
@@ -26,9 +32,11 @@ from typing import Any
 import numpy as np
 
 from capsule.challenge import (
+    LLM_PROMPT,
     ChallengeError,
     check_entries,
     check_proof,
+    decode_for,
     decode_row,
     instance_seed,
     order_of,
@@ -50,6 +58,10 @@ class Challenge:
     sent_at: float                     # perf_counter seconds
     rtt_ms: float
     issued_at: float = 0.0             # unix time it was sent (history; same-host rounds share it)
+    kind: str = "sgemm"                # "sgemm" | "llm"
+    decode: int = 0                    # llm: greedy decode steps
+    claimed_tps: float = 0.0           # llm: the claimed tokens/s it was sized for
+    token_hash: str | None = None      # llm: the committed token_ids_sha256
     roots: list[bytes] | None = None
     commit_s: float | None = None      # commitment received - sent - RTT
     rows: list[tuple[int, int]] = field(default_factory=list)
@@ -61,15 +73,31 @@ class Challenge:
 
     @property
     def observed_gflops(self) -> float | None:
-        return self.flops / self.commit_s / 1e9 if self.commit_s else None
+        return self.flops / self.commit_s / 1e9 if self.commit_s and self.kind == "sgemm" else None
+
+    @property
+    def observed_tps(self) -> float | None:
+        return (LLM_PROMPT + self.decode) / self.commit_s if self.commit_s and self.kind == "llm" else None
 
     def message(self, config: RelayConfig) -> dict[str, Any]:
+        if self.kind == "llm":
+            return {"type": "challenge", "id": self.id, "kind": "llm", "decode": self.decode,
+                    "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round,
+                    "nonce": self.nonce, "commit_within_s": config.challenge_commit_timeout_s}
         return {"type": "challenge", "id": self.id, "kind": "sgemm", "n": self.n, "reps": self.reps,
                 "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "commit_within_s": config.challenge_commit_timeout_s}
 
     def record(self) -> dict[str, Any]:
         """What the history keeps: enough for anyone to recompute the challenge from the beacon."""
+        if self.kind == "llm":
+            return {"id": self.id, "kind": "llm", "issued_at": self.issued_at, "decode": self.decode,
+                    "beacon_round": self.beacon_round, "nonce": self.nonce,
+                    "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/0')",
+                    "claimed_tokens_per_sec": self.claimed_tps, "rtt_ms": round(self.rtt_ms, 3),
+                    "commit_s": round(self.commit_s, 4) if self.commit_s else None,
+                    "observed_tokens_per_sec": round(self.observed_tps, 3) if self.observed_tps else None,
+                    "token_ids_sha256": self.token_hash}
         return {"id": self.id, "kind": "sgemm", "issued_at": self.issued_at, "n": self.n, "reps": self.reps,
                 "instances": len(self.seeds),
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
@@ -90,6 +118,13 @@ def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: 
     return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0)
 
 
+def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], nonce: str, rtt_ms: float | None,
+                      now: float, config: RelayConfig) -> Challenge:
+    return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, 0)], beacon["round"], nonce,
+                     0.0, now, rtt_ms or 0.0, kind="llm", decode=decode_for(claimed_tps, config.challenge_target_s),
+                     claimed_tps=claimed_tps)
+
+
 def next_gap_s(beacon_value: str, node_id: str, count: int, verified: bool, config: RelayConfig) -> float:
     """Seconds until a node's next challenge: the mean for its state x (1 +- spread), drawn from the beacon,
     the node and how many challenges it had, so no node can pick or predict its moment."""
@@ -100,14 +135,23 @@ def next_gap_s(beacon_value: str, node_id: str, count: int, verified: bool, conf
 
 
 def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Random,
-              config: RelayConfig) -> dict[str, Any]:
-    """Takes the commitment and draws the rows to open; the open message. Raises ChallengeError."""
-    if ch.roots is not None:
+              config: RelayConfig) -> dict[str, Any] | None:
+    """Takes the commitment and draws the rows to open; the open message (None for an llm challenge, which
+    has no opening). Raises ChallengeError."""
+    if ch.roots is not None or ch.token_hash is not None:
         raise ChallengeError("replayed", "this challenge was already committed")
     elapsed = now - ch.sent_at
     if elapsed > config.challenge_commit_timeout_s:
         raise ChallengeError("late", f"committed after {elapsed:.1f} s; the limit is "
                                      f"{config.challenge_commit_timeout_s:g} s")
+    if ch.kind == "llm":
+        token_hash = message.get("token_ids_sha256")
+        if not isinstance(token_hash, str) or len(token_hash) != 64 or not all(c in "0123456789abcdef"
+                                                                              for c in token_hash):
+            raise ChallengeError("malformed_commit", "expected token_ids_sha256: 64 lowercase hex digits")
+        ch.token_hash = token_hash
+        ch.commit_s = max(elapsed - ch.rtt_ms / 1000, 1e-6)
+        return None
     roots = message.get("roots")
     if (not isinstance(roots, list) or len(roots) != len(ch.seeds)
             or not all(isinstance(r, str) and len(r) == 64 for r in roots)):

@@ -31,6 +31,8 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                                         "mean seconds between challenges of a node not yet verified"),
     "--challenge-interval": ("challenge_interval_s", click.FloatRange(0.1), "mean seconds between challenges "
                              "of a verified node"),
+    "--challenge-llm-check-fraction": ("challenge_llm_check_fraction", click.FloatRange(0, 1), "share of "
+                                       "reference-model challenges whose token hash the relay recomputes"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
                          "the event loop (0: in-process)"),
 }

@@ -76,6 +76,12 @@ class RelayConfig:
     # wrong in a fraction w of its entries passes with probability (1 - w)^64 (a garbage row: never).
     challenge_entries_per_row: int = 64
     challenge_max_instances: int = 64              # a claim of more concurrent instances is challenged at 64
+    # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
+    # recomputes the token hash (the same reactor wasm under wasmtime-py: as much CPU as the node spent) on
+    # this fraction of them; a wrong hash, when checked, flags at once.
+    challenge_llm_every: int = 3
+    challenge_llm_check_fraction: float = 0.1
+    reactor_wasm: Path = Path(__file__).resolve().parents[1] / "build" / "capsule-reactor.wasm"
 
     # Trust (web/trust.py). Counters halve every trust_half_life_s.
     trust_half_life_s: float = 6 * 3600.0

@@ -82,7 +82,7 @@ async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     host = conn.ws.client.host if conn.ws.client else "unknown"
     # without "sgemm" the session opts out (a browser tab that went hidden): no new challenges, though one in
     # flight must still be answered
-    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, "sgemm" in answers)
+    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers))
     conn.challengee.node_id = conn.session.node_id
     conn.challengee.rtt_ms = conn.session.rtt_min_ms
 

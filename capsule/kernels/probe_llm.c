@@ -130,3 +130,28 @@ int ce_probe_llm(const ce_probe_config *config, ce_json *j) {
     ce_samples_free(&blocks);
     return 0;
 }
+
+/* A relay's reference-model challenge (web/challenges.py): the model of `seed`, the probe's 32-token prompt
+ * of that seed, then `decode` greedy steps; hex = sha256 of the decoded ids (uint32 LE), as the probe's
+ * token_ids_sha256. Returns 0, 1 (out of memory) or 2 (decode outside [1, CE_LLM_SEQ_LEN - 32]). */
+int ce_llm_challenge(uint64_t seed, int decode, char hex[65]) {
+    if (decode < 1 || decode > CE_LLM_SEQ_LEN - PROMPT) return 2;
+    ce_llm *m = ce_llm_new(seed);
+    if (!m) return 1;
+    ce_rng rng = {seed ^ 0x70726f6d7074ULL};
+    int next = 0;
+    for (int pos = 0; pos < PROMPT; ++pos) next = ce_llm_forward(m, (int)(ce_rng_next(&rng) % CE_LLM_VOCAB), pos);
+    unsigned char bytes[4 * (CE_LLM_SEQ_LEN - PROMPT)];
+    for (int i = 0; i < decode && next >= 0; ++i) {
+        next = ce_llm_forward(m, next, PROMPT + i);
+        uint32_t v = (uint32_t)next;
+        bytes[4 * i] = (unsigned char)v;
+        bytes[4 * i + 1] = (unsigned char)(v >> 8);
+        bytes[4 * i + 2] = (unsigned char)(v >> 16);
+        bytes[4 * i + 3] = (unsigned char)(v >> 24);
+    }
+    ce_llm_free(m);
+    if (next < 0) return 1;
+    ce_sha256_hex(bytes, (size_t)decode * 4, hex);
+    return 0;
+}

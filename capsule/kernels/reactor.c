@@ -9,6 +9,7 @@
 #include "challenge.h"
 #include "driver.h"
 #include "llm.h"
+#include "probe.h"
 #include "log.h"
 #include "sgemm.h"
 #include "stream.h"
@@ -104,3 +105,6 @@ EXPORT("ce_challenge_root") const uint8_t *x_challenge_root(void) { return ce_ch
 EXPORT("ce_challenge_row") const float *x_challenge_row(int i) { return ce_challenge_row(i); }
 EXPORT("ce_challenge_proof") int x_challenge_proof(int i, uint8_t *out) { return ce_challenge_proof(i, out); }
 EXPORT("ce_challenge_release") void x_challenge_release(void) { ce_challenge_release(); }
+EXPORT("ce_llm_challenge") int x_llm_challenge(uint32_t seed_lo, uint32_t seed_hi, int decode, char *hex65) {
+    return ce_llm_challenge((uint64_t)seed_hi << 32 | seed_lo, decode, hex65);
+}
