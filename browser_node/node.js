@@ -41,7 +41,8 @@ function showTrust(profile, trust) {
     `<td data-label="observed" class="num">${show(trust.observed.gflops_fp32)}</td>` +
     `<td data-label="counted" class="num">${show(trust.counted.cpu_gflops)}</td></tr>` +
     `<tr><td data-label="figure">reference model</td><td data-label="claimed" class="num">${profile.llm.tokens_per_sec ?? "—"} tokens/s</td>` +
-    `<td data-label="observed">${esc(trust.observed.tokens_per_sec_reason || "—")}</td><td data-label="counted" class="num">—</td></tr>`;
+    `<td data-label="observed">${trust.observed.tokens_per_sec != null ? `${trust.observed.tokens_per_sec.toFixed(1)} tokens/s` : esc(trust.observed.tokens_per_sec_reason || "—")}</td>` +
+    `<td data-label="counted" class="num">${trust.counted.tokens_per_sec ? `${trust.counted.tokens_per_sec.toFixed(1)} tokens/s` : "—"}</td></tr>`;
 }
 
 // An SVG chart (no library): claimed GFLOP/s per profile as a step line, observed per challenge as dots.

@@ -128,9 +128,9 @@ def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dic
     sums the same fields as the live nodes claim them."""
     claimed_block = claimed.snapshot()
     return {**verified.snapshot(), "nodes": claimed_block["nodes"], "verified_nodes": len(verified),
-            "counting": "verified: a node adds its cores and its GFLOP/s capped at the observed throughput once "
-                        "challenges verified it; figures no challenge observes yet (tokens/s, GPU, storage) "
-                        "appear only under claimed",
+            "counting": "verified: once challenges verified a node it adds its cores, and its GFLOP/s and "
+                        "tokens/s capped at what the relay observed; figures no challenge observes (GPU, "
+                        "storage; tokens/s before a reference-model challenge) appear only under claimed",
             "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh()}
 
 
