@@ -66,6 +66,7 @@ class ChallengeDesk:
         self.trust: dict[str, Trust] = {}
         self._statuses: dict[str, str] = {}    # the status each node was last shown with
         self.rng = random.Random(secrets.randbits(64))
+        self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
 
@@ -127,10 +128,17 @@ class ChallengeDesk:
 
     def bye(self, session_id: str) -> None:
         who = self.sessions.pop(session_id, None)
-        if who is not None and who.challenge is not None:
+        if who is None:
+            return
+        if who.challenge is not None:
             # leaving with a challenge in flight is a missed answer, not an escape
-            asyncio.get_running_loop().create_task(
+            task = asyncio.get_running_loop().create_task(
                 self._finish(who, False, "late", "the session closed before the answer", notify=False))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        if not any(w.host == who.host for w in self.sessions.values()):  # a host's schedule ends with it
+            self.next_at.pop(who.host, None)
+            self.rounds.pop(who.host, None)
 
     async def tick(self) -> None:
         """Once a second: expire answers that are overdue, and start the rounds that are due."""
@@ -139,7 +147,9 @@ class ChallengeDesk:
             ch = who.challenge
             if ch is None:
                 continue
-            if ch.roots is None and now - ch.sent_at > config.challenge_commit_timeout_s:
+            if ch.checking:
+                continue  # its answer arrived in time; the relay is recomputing it
+            if ch.roots is None and ch.token_hash is None and now - ch.sent_at > config.challenge_commit_timeout_s:
                 await self._finish(who, False, "late", f"no commitment within {config.challenge_commit_timeout_s:g} s")
             elif ch.open_sent_at is not None and now - ch.open_sent_at > config.challenge_open_timeout_s:
                 await self._finish(who, False, "late", f"no opening within {config.challenge_open_timeout_s:g} s")
@@ -194,6 +204,7 @@ class ChallengeDesk:
             if self.rng.random() >= self.config.challenge_llm_check_fraction:
                 await self._finish(who, True, "passed", "token hash not recomputed this time (sampled)")
                 return
+            ch.checking = True
             expected = await asyncio.to_thread(self._llm_hash, ch.seeds[0], ch.decode)
             if expected != ch.token_hash:
                 raise ChallengeError("wrong_tokens", "the token ids differ from the reference model's")
@@ -225,6 +236,7 @@ class ChallengeDesk:
         try:
             ch = self._current(who, message)
             opened = parse_opening(ch, message, time.perf_counter(), self.config)
+            ch.checking = True
             # the recomputation (numpy, ~1 ms) runs off the event loop all the same
             worst = await asyncio.to_thread(check_opened, ch, opened, self.rng, self.config)
         except ChallengeError as exc:

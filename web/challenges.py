@@ -62,6 +62,7 @@ class Challenge:
     decode: int = 0                    # llm: greedy decode steps
     claimed_tps: float = 0.0           # llm: the claimed tokens/s it was sized for
     token_hash: str | None = None      # llm: the committed token_ids_sha256
+    checking: bool = False             # the answer arrived in time and is being recomputed (not late)
     roots: list[bytes] | None = None
     commit_s: float | None = None      # commitment received - sent - RTT
     rows: list[tuple[int, int]] = field(default_factory=list)
