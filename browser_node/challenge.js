@@ -25,9 +25,15 @@ export function challengeAnswerer(module) {
     return workers.slice(0, count);
   };
   return {
-    // {type: "challenge"} -> {type: "commit"}: one Merkle root per seed, computed concurrently
+    // {type: "challenge"} -> {type: "commit"}: one Merkle root per seed, computed concurrently; for a
+    // reference-model challenge, the token-id hash of one worker's decode
     async commit(m) {
       const seeds = m.seeds.map((hex) => BigInt("0x" + hex));
+      if (m.kind === "llm") {
+        const [w] = await pool(1);
+        const hash = await call(w, { cmd: "llm", seedLo: Number(seeds[0] & 0xffffffffn), seedHi: Number(seeds[0] >> 32n), decode: m.decode });
+        return { type: "commit", id: m.id, token_ids_sha256: hash };
+      }
       const ws = await pool(seeds.length);
       const roots = await Promise.all(ws.map((w, i) => call(w, {
         cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n, reps: m.reps || 1 })));

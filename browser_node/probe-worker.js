@@ -3,7 +3,8 @@
 // The worker only supplies the clock (unix time in microseconds, so all workers share one timeline)
 // and collects the summary lines. Messages: {cmd: "init", module}, then {cmd: "run", args: [...]}; for the
 // relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps} -> root (hex) and
-// {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}.
+// {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}; {cmd: "llm", seedLo, seedHi,
+// decode} -> token_ids_sha256 (hex).
 
 let k = null; // the reactor's exports
 let log = [];
@@ -54,6 +55,17 @@ function open(m) {
   return { values: btoa(text), proof };
 }
 
+// A reference-model challenge: the capsule's ce_llm_challenge (the model and prompt of the seed, m.decode
+// greedy steps) -> token_ids_sha256 (hex).
+function llm(m) {
+  const out = k.ce_alloc(65);
+  const rc = k.ce_llm_challenge(m.seedLo >>> 0, m.seedHi >>> 0, m.decode, out);
+  const hash = utf8.decode(new Uint8Array(k.memory.buffer, out, 64).slice());
+  k.ce_free(out);
+  if (rc !== 0) throw new Error(rc === 1 ? "out of memory for the reference model" : `bad decode length ${m.decode}`);
+  return hash;
+}
+
 onmessage = async (event) => {
   const m = event.data;
   try {
@@ -65,6 +77,7 @@ onmessage = async (event) => {
     } else if (m.cmd === "run") postMessage({ ok: true, result: run(m.args) });
     else if (m.cmd === "challenge") postMessage({ ok: true, result: challenge(m) });
     else if (m.cmd === "open") postMessage({ ok: true, result: open(m) });
+    else if (m.cmd === "llm") postMessage({ ok: true, result: llm(m) });
     else postMessage({ ok: false, error: `unknown command ${m.cmd}` });
   } catch (err) {
     postMessage({ ok: false, error: String((err && err.message) || err) });

@@ -52,7 +52,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/live`;
   let ws, seq = 0, timer = null, stopped = false;
   const hello = () => {
-    if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : ["sgemm"] }));
+    if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : ["sgemm", "llm"] }));
   };
   const answer = async (work) => {
     try {

@@ -332,15 +332,19 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
 def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, artifacts: Artifacts) -> None:
     """The join page answers the relay's challenges in its probe workers with the capsule's own code and
     becomes verified; a hidden tab opts out and is not challenged any more."""
-    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1"]
+    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
+            "--challenge-llm-check-fraction", "1"]
     with RelayProcess(tmp_path / "data", *fast) as r:
         profile = join(page, r)
         node_id = profile["node_id"]
         deadline = time.monotonic() + 90
-        while (trust := r.get(f"/v1/nodes/{node_id}")[1]["trust"])["status"] != "verified":
+        # verified, and a reference-model challenge answered too (every third round; the relay recomputed it)
+        while ((trust := r.get(f"/v1/nodes/{node_id}")[1]["trust"])["status"] != "verified"
+               or trust["observed"]["tokens_per_sec"] is None):
             assert trust["status"] != "flagged" and time.monotonic() < deadline, trust
             time.sleep(0.5)
         assert trust["observed"]["gflops_fp32"] > 0 and trust["challenges"]["failed"] == 0
+        assert trust["counted"]["tokens_per_sec"] > 0
         assert "challenges passed" in page.locator("#live").inner_text()
         assert r.get("/stats")[1]["verified_nodes"] == 1
         page.evaluate("""() => { Object.defineProperty(document, "hidden", { value: true, configurable: true });
