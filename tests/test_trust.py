@@ -205,7 +205,7 @@ def test_bad_replies_get_stable_codes_and_keep_the_session(relay: RelayProcess, 
                                   "sent_at": int(time.time())}, key)
         ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
         result = answer_to({"type": "commit", "id": "not-a-challenge", "roots": []})
-        assert result["type"] == "challenge_result" and result["code"] == "unknown_challenge"
+        assert result["type"] == "error" and result["code"] == "unknown_challenge"  # a bad message, and a failure
         while True:  # the relay's challenge arrives; commit garbage to it
             raw = ws.recv(timeout=30)
             frame = json.loads(raw) if isinstance(raw, str) else {"type": "bw_probe"}

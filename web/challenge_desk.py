@@ -31,6 +31,7 @@ from web.challenges import (
     on_commit,
     parse_opening,
 )
+from web.live import LiveError
 from web.stats import MILLI, Contribution
 from web.store import Store
 from web.trust import Trust
@@ -63,6 +64,7 @@ class ChallengeDesk:
         self.sessions: dict[str, Challengee] = {}
         self.next_at: dict[str, float] = {}       # host -> unix time of its next challenge round
         self.rounds: dict[str, int] = defaultdict(int)
+        self._per_host: dict[str, int] = defaultdict(int)  # sessions that said hello, per host
         self.trust: dict[str, Trust] = {}
         self._statuses: dict[str, str] = {}    # the status each node was last shown with
         self.rng = random.Random(secrets.randbits(64))
@@ -113,13 +115,13 @@ class ChallengeDesk:
                                                             cpu_mgflops=round(counted * MILLI),
                                                             mtokens_per_sec=round(tps * MILLI)))
 
-    def verified_count(self) -> int:
-        return len(self.relay.atlas.global_verified)
-
     # --- sessions ---------------------------------------------------------------------------------
 
     def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str]) -> Challengee:
-        who = self.sessions.get(session_id) or Challengee(session_id, host, send)
+        who = self.sessions.get(session_id)
+        if who is None:
+            who = Challengee(session_id, host, send)
+            self._per_host[host] += 1
         who.active = "sgemm" in answers
         who.answers = answers
         self.sessions[session_id] = who
@@ -136,9 +138,10 @@ class ChallengeDesk:
                 self._finish(who, False, "late", "the session closed before the answer", notify=False))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-        if not any(w.host == who.host for w in self.sessions.values()):  # a host's schedule ends with it
-            self.next_at.pop(who.host, None)
-            self.rounds.pop(who.host, None)
+        self._per_host[who.host] -= 1
+        if self._per_host[who.host] <= 0:  # a host's schedule ends with its last session
+            for table in (self._per_host, self.next_at, self.rounds):
+                table.pop(who.host, None)
 
     async def tick(self) -> None:
         """Once a second: expire answers that are overdue, and start the rounds that are due."""
@@ -251,14 +254,15 @@ class ChallengeDesk:
         await self._finish(who, False, exc.code, exc.detail)
 
     async def _record_failure_without_challenge(self, who: Challengee, exc: ChallengeError) -> None:
-        """A reply naming no challenge in flight still counts against the node (item: bad replies are failures)."""
+        """A reply naming no challenge in flight still counts against the node; it is also a bad message of
+        the session (LiveError), so a client repeating it is closed after MAX_ERRORS instead of writing
+        history rows without end."""
         now = time.time()
         if who.node_id is not None:
             self.trust.setdefault(who.node_id, Trust(decayed_at=now)).record(False, exc.code, None, now, self.config)
             self.refresh(who.node_id, now)
             await self._store(who.node_id, now, {"passed": False, "code": exc.code, "detail": exc.detail})
-        await who.send({"type": "challenge_result", "id": None, "passed": False, "code": exc.code,
-                        "detail": exc.detail, "observed_gflops": None})
+        raise LiveError(exc.code, exc.detail)
 
     async def _finish(self, who: Challengee, passed: bool, code: str, detail: str, notify: bool = True) -> None:
         ch = who.challenge
