@@ -365,3 +365,53 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
         other.wait_for_function("() => document.querySelectorAll('#nodes .trust.verified').length === 1")
         verified_nodes = other.locator("#gauges .gauge").first.inner_text()
         assert "1" in verified_nodes and "verified nodes" in verified_nodes
+
+
+AXE_VERSION = "4.14.1"  # axe-core from npm, pinned; fetched once into the build cache like Pyodide
+
+
+def test_pages_pass_axe_core(browser: Browser, tmp_path: Path, artifacts: Artifacts) -> None:
+    """axe-core (WCAG 2 A/AA rules) finds no serious or critical violation on the join page, the network page
+    and a node page, at phone and desktop widths."""
+    import build
+    from tests.samples import sample_profile
+
+    axe = (build.fetch_npm("axe-core", AXE_VERSION) / "axe.min.js").read_text()
+    with RelayProcess(tmp_path / "data") as relay:
+        _, beacon, _ = relay.get("/beacon")
+        profile = sample_profile(beacon=beacon)[1]
+        assert relay.post("/v1/profiles", profile)[0] == 201
+        pages = {"join": ("/", "() => /Ready/.test(document.getElementById('status').textContent)"),
+                 "network": ("/network.html", "() => document.querySelectorAll('#nodes tbody tr').length === 1"),
+                 "node": (f"/nodes/{profile['node_id']}",
+                          "() => document.querySelectorAll('#figures tbody tr').length === 5")}
+        found: dict[str, list[str]] = {}
+        for width, height in ((360, 800), (1280, 900)):
+            context = browser.new_context(viewport={"width": width, "height": height})
+            page = context.new_page()
+            for name, (path, ready) in pages.items():
+                page.goto(relay.url + path)
+                page.wait_for_function(ready, timeout=20_000)
+                page.add_script_tag(content=axe)
+                passes, result = page.evaluate("""async () => {
+                    const r = await axe.run(document, {
+                        runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } });
+                    return [r.passes.length, r.violations
+                        .filter((v) => v.impact === "serious" || v.impact === "critical")
+                        .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).slice(0, 3)})`)];
+                }""")
+                assert passes >= 10, (name, passes)  # axe really checked the page (contrast, labels, ...)
+                if result:
+                    found[f"{name} at {width}px"] = result
+            context.close()
+        assert found == {}, found
+        # the join button is reachable by keyboard alone
+        page = browser.new_page()
+        page.goto(relay.url + "/")
+        for _ in range(20):
+            page.keyboard.press("Tab")
+            if page.evaluate("() => document.activeElement && document.activeElement.id") == "join":
+                break
+        else:
+            raise AssertionError("Tab never reached the Join button")
+        page.close()
