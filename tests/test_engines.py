@@ -110,8 +110,8 @@ def puppeteer() -> Path:
     if not (target / "node_modules" / "puppeteer-core").exists():
         target.mkdir(parents=True, exist_ok=True)
         subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(target),
-                        f"puppeteer-core@{PUPPETEER_VERSION}"], check=True, env={**os.environ, "PUPPETEER_SKIP_DOWNLOAD": "1"},
-                       timeout=300)
+                        f"puppeteer-core@{PUPPETEER_VERSION}"], check=True, timeout=300,
+                       env={**os.environ, "PUPPETEER_SKIP_DOWNLOAD": "1"})
     return target / "node_modules"
 
 
