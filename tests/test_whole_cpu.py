@@ -33,8 +33,12 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
     # noisy: on these VMs two identical runs (same instance count) differ by up to 40% (measured
     # 2026-12-03, AMD EPYC: 36.8 vs 61.5 GFLOP/s, 27-43 GB/s), so one slow honest run decided a pair.
     # Below, the typical claimed figure must reach 75% of the typical honest one.
+    # The inflation bound is 1.25x, not the 10%: with the same instance count chosen in all six runs
+    # (the claim ignored entirely) the typical claimed memory figure still came out 1.14x the best honest one
+    # (32.7 vs 28.6 GB/s, AMD EPYC, 2026-12-03). The failure this guards against is 1.5-2x (a sum of
+    # per-instance medians: 65-97 vs 44-49 GB/s in WebKit), which 1.25x still catches with margin.
     for i, name in enumerate(("gflops_fp32", "mem_bw_gbps")):
         claimed = statistics.median(c[i] for c in figures[8])
         honest = [h[i] for h in figures[cores]]
-        assert claimed <= 1.10 * max(honest), (name, "inflated", figures, chosen)
+        assert claimed <= 1.25 * max(honest), (name, "inflated", figures, chosen)
         assert claimed >= 0.75 * statistics.median(honest), (name, "deflated", figures, chosen)
