@@ -18,6 +18,27 @@ function gauge(label, value, show) {
     `<div class="unit">${unit}</div><div class="label">${label}</div></div>`;
 }
 
+// The scoreboard over time as an SVG chart (no library): verified and claimed CPU GFLOP/s.
+async function drawTotals() {
+  const { points } = await (await fetch("/stats/history", { cache: "no-store" })).json();
+  const svg = $("totals"), W = 720, H = 200, L = 48, B = 22;
+  if (!points.length) { svg.innerHTML = `<text x="${L}" y="${H / 2}">no samples yet</text>`; return; }
+  const t0 = points[0].at, t1 = Math.max(points[points.length - 1].at, t0 + 1);
+  const yMax = Math.max(1, ...points.map((p) => Math.max(p.claimed.cpu_gflops, p.verified.cpu_gflops))) * 1.15;
+  const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - 8), y = (v) => H - B - (v / yMax) * (H - B - 8);
+  const line = (get, colour, label) => points.length === 1
+    ? `<circle cx="${x(points[0].at)}" cy="${y(get(points[0]))}" r="3" fill="${colour}"><title>${label}</title></circle>`
+    : `<polyline fill="none" stroke="${colour}" stroke-width="2" points="${points.map((p) => `${x(p.at).toFixed(1)},${y(get(p)).toFixed(1)}`).join(" ")}"><title>${label}</title></polyline>`;
+  svg.innerHTML = `<line x1="${L}" y1="${H - B}" x2="${W - 8}" y2="${H - B}" stroke="#8c959f"/>` +
+    `<text x="${L - 6}" y="${y(yMax / 1.15) + 4}" text-anchor="end" font-size="11">${(yMax / 1.15).toFixed(0)}</text>` +
+    `<text x="${L - 6}" y="${H - B + 4}" text-anchor="end" font-size="11">0</text>` +
+    `<text x="4" y="12" font-size="11">GFLOP/s</text>` +
+    `<text x="${L}" y="${H - 5}" font-size="11">${new Date(t0 * 1000).toLocaleTimeString()}</text>` +
+    `<text x="${W - 8}" y="${H - 5}" font-size="11" text-anchor="end">${new Date(t1 * 1000).toLocaleTimeString()}</text>` +
+    line((p) => p.claimed.cpu_gflops, "#1f6feb", "claimed") + line((p) => p.verified.cpu_gflops, "#1a7f37", "verified");
+  window.ceTotals = points.length; // tests read it
+}
+
 async function refresh() {
   try {
     const stats = await (await fetch("/stats", { cache: "no-store" })).json();
@@ -43,6 +64,7 @@ async function refresh() {
           `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td><td data-label="GPU">${gpu}</td></tr>`;
       }).join("");
     }
+    await drawTotals();
     $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
     $("updated").className = "status ok";
   } catch (err) {

@@ -281,6 +281,8 @@ def test_pages_fit_a_phone_screen(browser: Browser, tmp_path: Path, artifacts: A
                 if name == "network":
                     page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 3")
                     page.wait_for_function("() => window.ceGraph !== undefined")
+                    page.wait_for_function("() => window.ceTotals >= 1")  # the totals chart has its samples
+                    assert page.locator("#totals circle, #totals polyline").count() == 2  # verified and claimed
                 page.screenshot(path=str(ARTIFACTS / f"{name}-{width}x{height}.png"), full_page=True)
                 assert page.evaluate(WIDER_THAN_VIEWPORT) == [], (name, width)
                 assert page.evaluate("() => document.documentElement.scrollWidth") <= width, (name, width)

@@ -254,3 +254,22 @@ def test_live_session_refuses_forged_heartbeats(tmp_path: Path) -> None:
             with pytest.raises(ConnectionClosedError) as closed:
                 ws.recv(timeout=5)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+def test_stats_history_samples_the_scoreboard(tmp_path: Path) -> None:
+    """GET /stats/history: the verified and claimed totals sampled at the configured interval."""
+    with RelayProcess(tmp_path / "data", "--stats-history-interval", "0.2") as r:
+        key, profile = sample_profile(beacon=beacon_of(r), gflops=30.0)
+        assert r.post("/v1/profiles", profile)[0] == 201
+        deadline = time.monotonic() + 10
+        while True:
+            _, history, _ = r.get("/stats/history")
+            points = history["points"]
+            if len(points) >= 3 and points[-1]["claimed"]["cpu_gflops"] == 30.0:
+                break
+            assert time.monotonic() < deadline, history
+            time.sleep(0.2)
+        assert history["interval_s"] == 0.2
+        assert points[0]["claimed"]["cpu_gflops"] == 0.0  # sampled at start, before the profile
+        assert points[-1]["verified"]["cpu_gflops"] == 0.0 and points[-1]["verified_nodes"] == 0
+        assert [p["at"] for p in points] == sorted(p["at"] for p in points)

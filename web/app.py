@@ -144,6 +144,12 @@ async def stats(request: Request) -> Response:
     return JSONResponse(scoreboard(relay, relay.atlas.global_verified, relay.atlas.global_stats))
 
 
+async def stats_history(request: Request) -> Response:
+    relay = relay_of(request)
+    return JSONResponse({"interval_s": relay.config.stats_history_interval_s,
+                         "note": "in memory: the series restarts with the relay", "points": list(relay.stats_history)})
+
+
 async def post_link(request: Request) -> Response:
     relay = relay_of(request)
     relay.check_ip(client_ip(request))
@@ -241,6 +247,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/v1/links", post_link, methods=["POST"]), Route("/netgraph", netgraph),
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
+        Route("/stats/history", stats_history),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),
         WebSocketRoute("/v1/live", live)]

@@ -33,6 +33,8 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                              "of a verified node"),
     "--challenge-llm-check-fraction": ("challenge_llm_check_fraction", click.FloatRange(0, 1), "share of "
                                        "reference-model challenges whose token hash the relay recomputes"),
+    "--stats-history-interval": ("stats_history_interval_s", click.FloatRange(0.1), "seconds between samples "
+                                 "of the scoreboard kept for /stats/history"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
                          "the event loop (0: in-process)"),
 }

@@ -101,6 +101,11 @@ class RelayConfig:
     trust_observed_kept: int = 8
     history_kept: int = 500                 # profile and challenge entries kept per node for /history
 
+    # The scoreboard over time (GET /stats/history, the network page's chart): one sample this often, this
+    # many kept (24 h), in memory (a restarted relay starts a new series).
+    stats_history_interval_s: float = 60.0
+    stats_history_kept: int = 1440
+
     # /atlas paging, in nodes per page.
     atlas_page_default: int = 100
     atlas_page_max: int = 1000

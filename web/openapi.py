@@ -85,6 +85,8 @@ def document() -> dict[str, Any]:
                                       "responses": {"200": json_ok("FabricStats", SCOREBOARD)}}},
             "/stats": {"get": {"summary": "FabricStats of the whole atlas this relay knows",
                                "responses": {"200": json_ok("FabricStats", SCOREBOARD)}}},
+            "/stats/history": {"get": {"summary": "The verified and claimed totals over time (in memory)",
+                                       "responses": {"200": json_ok("samples", {"type": "object"})}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

@@ -8,6 +8,7 @@ import json
 import logging
 import secrets
 import time
+from collections import deque
 from typing import Any
 
 from capsule.peerid import PeerIdError
@@ -60,6 +61,7 @@ class Relay:
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
         self._tasks: list[asyncio.Task[None]] = []
+        self.stats_history: deque[dict[str, Any]] = deque(maxlen=config.stats_history_kept)
 
     async def start(self) -> None:
         now = time.time()
@@ -74,7 +76,9 @@ class Relay:
         await self.issue_beacon()
         self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
-                       asyncio.create_task(self._every(1.0, self.challenges.tick))]
+                       asyncio.create_task(self._every(1.0, self.challenges.tick)),
+                       asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats))]
+        await self.sample_stats()
         if self.config.nats_url:
             from web.cluster import Cluster
 
@@ -105,6 +109,14 @@ class Relay:
         await self.store.write(Store.put_beacon_op(beacon["round"], json.dumps(beacon).encode(),
                                                    self.config.beacon_keep_rounds))
         self.beacons.add(beacon)
+
+    async def sample_stats(self) -> None:
+        """One point of the scoreboard over time: the verified and the claimed totals of the whole atlas."""
+        keys = ("nodes", "cpu_cores", "cpu_gflops", "tokens_per_sec", "gpu_tflops")
+        verified, claimed = self.atlas.global_verified.snapshot(), self.atlas.global_stats.snapshot()
+        self.stats_history.append({"at": round(time.time(), 3), "verified_nodes": len(self.atlas.global_verified),
+                                   "verified": {k: verified[k] for k in keys[1:]},
+                                   "claimed": {k: claimed[k] for k in keys}})
 
     async def _sweep(self) -> None:
         for node_id in self.atlas.sweep(time.time()):
