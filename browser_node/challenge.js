@@ -3,27 +3,14 @@
 // host_runner/challenge_answer.py. The workers stay between challenges (a fresh worker costs tens of ms,
 // which would count against the node's observed time) and are dropped when the page stops answering.
 
+import { call, probeWorkerPool } from "./workers.js";
+
 const MAX_PROOF = 32; // room for the sibling hashes of any tree a challenge can make (at most 2^32 leaves)
 
-function call(worker, message) {
-  return new Promise((resolve, reject) => {
-    worker.onmessage = (e) => (e.data.ok ? resolve(e.data.result) : reject(new Error(e.data.error)));
-    worker.onerror = (e) => reject(new Error(e.message || "worker failed"));
-    worker.postMessage(message);
-  });
-}
-
 export function challengeAnswerer(module) {
-  let workers = [];
-  let current = null; // { id, n, count }
-  const pool = async (count) => {
-    while (workers.length < count) {
-      const w = new Worker("/probe-worker.js");
-      workers.push(w);
-      await call(w, { cmd: "init", module });
-    }
-    return workers.slice(0, count);
-  };
+  const workers = probeWorkerPool(module);
+  const pool = (count) => workers.get(count);
+  let current = null; // { id, count }
   return {
     // {type: "challenge"} -> {type: "commit"}: one Merkle root per seed, computed concurrently; for a
     // reference-model challenge, the token-id hash of one worker's decode
@@ -46,10 +33,11 @@ export function challengeAnswerer(module) {
       const rows = [];
       for (const [instance, row] of m.rows) {
         if (!(instance >= 0 && instance < current.count)) throw new Error(`no instance ${instance}`);
-        rows.push({ instance, row, ...(await call(workers[instance], { cmd: "open", row, maxProof: MAX_PROOF })) });
+        const w = (await pool(instance + 1))[instance];
+        rows.push({ instance, row, ...(await call(w, { cmd: "open", row, maxProof: MAX_PROOF })) });
       }
       return { type: "opening", id: m.id, rows };
     },
-    stop() { workers.forEach((w) => w.terminate()); workers = []; current = null; },
+    stop() { workers.terminate(); current = null; },
   };
 }

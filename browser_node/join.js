@@ -6,6 +6,7 @@ import { b64url, hex, nodeKey, unhex } from "./keys.js";
 import { loadCapsulePython } from "./python.js";
 import { challengeAnswerer } from "./challenge.js";
 import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
+import { call, probeWorkerPool } from "./workers.js";
 
 const $ = (id) => document.getElementById(id);
 const PHASES = [
@@ -60,14 +61,6 @@ async function phase(id, work) {
   }
 }
 
-function call(worker, message) {
-  return new Promise((resolve, reject) => {
-    worker.onmessage = (e) => (e.data.ok ? resolve(e.data.result) : reject(new Error(e.data.error)));
-    worker.onerror = (e) => reject(new Error(e.message || "worker failed"));
-    worker.postMessage(message);
-  });
-}
-
 function throttled(samples) {
   if (samples.length < 8) return false;
   const med = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
@@ -87,15 +80,8 @@ async function measure(py, key, nodeId) {
   const claimed = Math.max(1, navigator.hardwareConcurrency || 1);
   const wasm = await (await fetch("/capsule-reactor.wasm")).arrayBuffer();
   const module = await WebAssembly.compile(wasm);
-  const workers = [];
-  const pool = async (count) => {
-    while (workers.length < count) {
-      const w = new Worker("/probe-worker.js");
-      workers.push(w);
-      await call(w, { cmd: "init", module });
-    }
-    return workers.slice(0, count);
-  };
+  const workers = probeWorkerPool(module);
+  const pool = (count) => workers.get(count);
   const runAll = (ws, argsFor) => Promise.all(ws.map((w, i) => call(w, { cmd: "run", args: argsFor(i) })))
     .then((results) => results.map((r) => r.report));
   const isolated = self.crossOriginIsolated === true;
@@ -157,7 +143,7 @@ async function measure(py, key, nodeId) {
     };
     return { args, beacon, module };
   } finally {
-    workers.forEach((w) => w.terminate());
+    workers.terminate();
   }
 }
 

@@ -161,6 +161,19 @@ class Reactor:
     def get(self, ptr: int, dtype: type[np.generic], shape: tuple[int, ...]) -> np.ndarray:
         return self._view(ptr, dtype, int(np.prod(shape))).reshape(shape).copy()
 
+    def llm_token_hash(self, seed: int, decode: int) -> str:
+        """A reference-model challenge (ce_llm_challenge: the model and prompt of seed, `decode` greedy
+        steps): the token_ids_sha256 a node commits to and a relay recomputes."""
+        buf = int(self.call("ce_alloc", 65))
+        try:
+            rc = int(self.call("ce_llm_challenge", seed & 0xFFFFFFFF, seed >> 32, decode, buf))
+            if rc != 0:
+                raise CapsuleError(f"the capsule could not run the reference-model challenge (code {rc}, "
+                                   f"decode={decode})")
+            return bytes(self._view(buf, np.uint8, 64)).decode()
+        finally:
+            self.call("ce_free", buf)
+
     def sgemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """C = A @ B computed by the capsule's fp32 kernel."""
         m, k = a.shape

@@ -101,14 +101,5 @@ class SgemmAnswer:
 
 
 def llm_answer(pool: ReactorPool, seed: int, decode: int) -> str:
-    """A reference-model challenge: the capsule's ce_llm_challenge (the model and prompt of seed, `decode`
-    greedy steps); the token_ids_sha256 it commits to."""
-    reactor = pool.get(1)[0]
-    buf = int(reactor.call("ce_alloc", 65))
-    try:
-        rc = int(reactor.call("ce_llm_challenge", seed & 0xFFFFFFFF, seed >> 32, decode, buf))
-        if rc != 0:
-            raise CapsuleError(f"the capsule could not run the reference-model challenge (code {rc})")
-        return bytes(reactor.get(buf, np.uint8, (64,))).decode()
-    finally:
-        reactor.call("ce_free", buf)
+    """A reference-model challenge on the session's first pooled reactor: the token_ids_sha256 it commits to."""
+    return pool.get(1)[0].llm_token_hash(seed, decode)

@@ -18,8 +18,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from capsule.challenge import ChallengeError
 from common.reactor import CapsuleError, Reactor
 from web.challenges import (
@@ -225,15 +223,7 @@ class ChallengeDesk:
         with self._llm_lock:
             if self._llm_checker is None:
                 self._llm_checker = Reactor(self.config.reactor_wasm)
-            reactor = self._llm_checker
-            buf = int(reactor.call("ce_alloc", 65))
-            try:
-                rc = int(reactor.call("ce_llm_challenge", seed & 0xFFFFFFFF, seed >> 32, decode, buf))
-                if rc != 0:
-                    raise CapsuleError(f"ce_llm_challenge returned {rc}")
-                return bytes(reactor.get(buf, np.uint8, (64,))).decode()
-            finally:
-                reactor.call("ce_free", buf)
+            return self._llm_checker.llm_token_hash(seed, decode)
 
     async def on_opening(self, who: Challengee, message: dict[str, Any]) -> None:
         try:

@@ -11,6 +11,10 @@ typedef struct {
     size_t used;
 } ce_sha256;
 
+/* FIPS 180-4's round constants and initial hash value (shared with the four-lane sha256x4.c). */
+extern const uint32_t ce_sha256_k[64];
+extern const uint32_t ce_sha256_iv[8];
+
 void ce_sha256_init(ce_sha256 *h);
 void ce_sha256_update(ce_sha256 *h, const void *data, size_t len);
 void ce_sha256_final(ce_sha256 *h, uint8_t out[32]);
