@@ -12,9 +12,10 @@ purpose, containers see the host's count):
   per-instance medians would count every instance at full speed, because short samples often dodge
   the scheduler.
 * **Instances found by measurement.** Instances are added (1, 2, 4, ... with the reported count as one
-  of the steps) while the aggregate rises by more than `min_gain`; a small rise is confirmed by measuring
-  the previous count again. The whole-device run uses the last count that still paid. The curve is kept
-  as evidence.
+  of the steps) while the aggregate rises by more than `min_gain`; a step that did not pay is measured once
+  more before the search ends, and a small rise is confirmed by measuring the previous count again (noise
+  on a shared machine only slows a step, so the better of two measurements counts). The whole-device run
+  uses the last count that still paid. The curve is kept as evidence.
 
 Pure stdlib and free of I/O: the browser runs this file under Pyodide.
 """
@@ -112,12 +113,17 @@ def _rise(k0: int, r0: float, k1: int, r1: float) -> float:
     return (r1 / r0 - 1.0) / (k1 / k0 - 1.0) if r0 > 0 and k1 > k0 else 0.0
 
 
+def _times_measured(curve: Sequence[tuple[int, float | None]], k: int) -> int:
+    return sum(1 for kk, _ in curve if kk == k)
+
+
 def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
                    config: ScalingConfig = DEFAULT_SCALING) -> int | None:
     """The next instance count to try, or None when the search is over. curve: (instances, aggregate)
     measured so far, in order. Steps double from 1, with `reported` (the platform's claim) as one step;
-    the search goes past the claim as long as the aggregate keeps rising. A small rise sends the search
-    back to the previous count once, to tell noise from a gain."""
+    the search goes past the claim as long as the aggregate keeps rising. A step that did not pay is
+    measured once more before the search ends; a small rise sends the search back to the previous count
+    once, to tell noise from a gain."""
     if not curve:
         return 1
     steps = _best_per_count(curve)
@@ -126,10 +132,16 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
         return None
     if len(steps) >= 2:
         k0, r0 = steps[-2]
-        if r0 is None or _rise(k0, r0, k, rate) < config.min_gain:
+        if r0 is None:
             return None
-        measured_k0 = sum(1 for kk, _ in curve if kk == k0)
-        if _rise(k0, r0, k, rate) < config.confirm_below and measured_k0 == 1:
+        rise = _rise(k0, r0, k, rate)
+        # noise on a shared machine only ever slows a step down, so a doubtful step is measured once more
+        # and its better figure counts: a slowed new step must not end the search (it halved a 2-core
+        # figure when one disturbed 2-instance step stopped the search at 1), and a slowed previous step
+        # must not make the new one look like a gain
+        if rise < config.min_gain:
+            return k if _times_measured(curve, k) == 1 else None
+        if rise < config.confirm_below and _times_measured(curve, k0) == 1:
             return k0
     if k >= config.max_instances:
         return None
