@@ -4,7 +4,9 @@ called with numpy arrays copied in and out of wasm memory."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,11 +63,44 @@ _modules: dict[tuple[wasmtime.Engine, Path], wasmtime.Module] = {}
 _default_engine: wasmtime.Engine | None = None
 
 
+# Every engine here reserves the whole 32-bit space for each linear memory, so a memory never moves and
+# its reservation starts at its base (wasmtime's default on 64-bit hosts, made explicit because
+# advise_huge_pages relies on it).
+WASM32_RESERVATION_BYTES = 4 << 30
+_MADV_HUGEPAGE = 14  # <sys/mman.h>, Linux
+
+
+def engine_config() -> wasmtime.Config:
+    """The configuration every engine of ce-bench starts from (see WASM32_RESERVATION_BYTES)."""
+    config = wasmtime.Config()
+    config.memory_reservation = WASM32_RESERVATION_BYTES
+    config.memory_may_move = False
+    return config
+
+
 def default_engine() -> wasmtime.Engine:
     global _default_engine
     if _default_engine is None:
-        _default_engine = wasmtime.Engine()
+        _default_engine = wasmtime.Engine(engine_config())
     return _default_engine
+
+
+def advise_huge_pages(memory: wasmtime.Memory, store: wasmtime.Store) -> bool:
+    """Asks Linux to back the memory's whole reservation with transparent huge pages (madvise
+    MADV_HUGEPAGE), as numpy and most allocators do for large arrays. Where THP is in its common `madvise`
+    mode, wasmtime's linear memory otherwise gets 4 KiB pages, and STREAM then measured the TLB instead of
+    memory: capsule triad 0.82x the same C on huge-page arrays, 0.97x with the advice (paired calls,
+    bench/kernels_paired.py, AMD EPYC Zen 4, 2026-12-03). The memory must belong to an engine made from
+    engine_config(). Returns whether the kernel took the advice (False elsewhere than Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    base = ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value
+    if not base:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    return int(libc.madvise(base, WASM32_RESERVATION_BYTES, _MADV_HUGEPAGE)) == 0
 
 
 def load_module(engine: wasmtime.Engine, path: Path) -> wasmtime.Module:
@@ -106,6 +141,7 @@ class Reactor:
         if not isinstance(memory, wasmtime.Memory):
             raise CapsuleError(f"{wasm}: export 'memory' is not a memory")
         self._memory = memory
+        self.huge_pages = advise_huge_pages(memory, self.store)
         self._fn: dict[str, wasmtime.Func] = {}
         for name in (
             "_initialize", "ce_alloc", "ce_free", "ce_run", "ce_result_ptr", "ce_result_len", "ce_sgemm",

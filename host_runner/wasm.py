@@ -17,13 +17,15 @@ from common.reactor import (
     CapsuleError,
     CommandResult,
     Reactor,
+    advise_huge_pages,
     default_engine,
+    engine_config,
     load_module,
     parse_capsule_report,
 )
 
-__all__ = ["CapsuleError", "CommandResult", "Limits", "Reactor", "default_engine", "limited_engine", "load_module",
-           "parse_capsule_report", "run_command"]
+__all__ = ["CapsuleError", "CommandResult", "Limits", "Reactor", "advise_huge_pages", "default_engine",
+           "engine_config", "limited_engine", "load_module", "parse_capsule_report", "run_command"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Limits:
 
 
 def limited_engine() -> wasmtime.Engine:
-    config = wasmtime.Config()
+    config = engine_config()
     config.epoch_interruption = True
     config.consume_fuel = True
     return wasmtime.Engine(config)
@@ -93,6 +95,9 @@ def _run_start(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmtime.
             wasi.preopen_dir(str(scratch), "/scratch", fs_mutable=scratch_writable)
         store.set_wasi(wasi)
         instance = linker.instantiate(store, module)
+        memory = instance.exports(store)["memory"]
+        if isinstance(memory, wasmtime.Memory):
+            advise_huge_pages(memory, store)  # before the capsule touches its arrays (see common/reactor.py)
         start = instance.exports(store)["_start"]
         assert isinstance(start, wasmtime.Func)  # our own module: a missing _start is a build bug
         code = 0

@@ -19,6 +19,12 @@
 #include <stdlib.h>
 
 enum { CHUNK = 1 << 17, MIN_PASSES = 3, MAX_PASSES = 40, MAX_TRIAD_PASSES = 400, KERNELS = 4, TRIAD = 3 };
+/* The three arrays share one block, each starting GAP_BYTES after the end of the one before (STREAM's
+ * OFFSET, for the same reason). Three separate mallocs of 64 MiB land exactly 128 MiB apart in wasi-libc,
+ * a power of two: a[j], b[j] and c[j] then fall on the same DRAM banks and cache sets, and triad ran at
+ * 0.70x of the same arrays 66 MiB apart -- native code on the same wasm memory slowed alike (AMD EPYC
+ * Zen 4, bench/kernels_paired.py, 2026-12-03). glibc happens to space them 64 MiB + 4 KiB apart. */
+enum { GAP_BYTES = (2 << 20) + 4096 + 64 };
 static const char *const KERNEL_NAMES[KERNELS] = {"copy", "scale", "add", "triad"};
 static const int KERNEL_BYTES[KERNELS] = {CE_STREAM_COPY_BYTES, CE_STREAM_SCALE_BYTES, CE_STREAM_ADD_BYTES,
                                           CE_STREAM_TRIAD_BYTES};
@@ -82,12 +88,13 @@ static double max_relative_error(size_t n, const double *a, const double *b, con
 
 int ce_probe_stream(const ce_probe_config *config, ce_json *j) {
     size_t n = (size_t)config->stream_mib * 1024 * 1024 / sizeof(double);
-    double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
-    if (!a || !b || !c) {
-        free(a); free(b); free(c);
+    size_t gap = GAP_BYTES / sizeof(double);
+    double *block = malloc((3 * n + 2 * gap) * sizeof *block);
+    if (!block) {
         ce_log("stream: cannot allocate 3 arrays of %d MiB\n", config->stream_mib);
         return 1;
     }
+    double *a = block, *b = a + n + gap, *c = b + n + gap;
     int triad_only = config->stream_triad_only;
     for (size_t i = 0; i < n; ++i) { a[i] = 1.0; b[i] = 2.0; c[i] = triad_only ? 1.0 : 0.0; }
     for (size_t i = 0; i < n; ++i) a[i] = 2.0 * a[i];
@@ -98,7 +105,7 @@ int ce_probe_stream(const ce_probe_config *config, ce_json *j) {
     double warmup_ms = (double)(ce_now_ns() - t0) * 1e-6;
     int passes = 1;
     if (ce_check_budget(config, "stream", warmup_ms, MIN_PASSES)) {
-        free(a); free(b); free(c);
+        free(block);
         return 2;
     }
     int64_t start = ce_now_ns();
@@ -172,6 +179,6 @@ int ce_probe_stream(const ce_probe_config *config, ce_json *j) {
         ce_samples_free(&rates[k]);
         ce_samples_free(&pass_medians[k]);
     }
-    free(a); free(b); free(c);
+    free(block);
     return 0;
 }
