@@ -43,6 +43,18 @@ def in_gvisor() -> bool:
     return "gvisor" in _read("/proc/version").lower() or "gVisor" in _read("/proc/self/mountinfo")
 
 
+def huge_pages_note() -> str:
+    """How the capsule's wasm memory is paged here, for the memory-bandwidth evidence: hosts advise it for
+    transparent huge pages (common/reactor.py); the kernel's THP mode decides whether that is honoured."""
+    text = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    mode = text[text.find("[") + 1:text.find("]")] if "[" in text and "]" in text else ""
+    if not mode:
+        return "4 KiB pages (no transparent huge pages on this system)"
+    if mode == "never":
+        return "4 KiB pages (transparent huge pages disabled: THP mode never)"
+    return f"transparent huge pages (wasm memory advised MADV_HUGEPAGE; THP mode {mode})"
+
+
 def gather(storage_path: Path) -> Facts:
     vm = psutil.virtual_memory()
     threads = psutil.cpu_count(logical=True) or os.cpu_count() or 1

@@ -94,6 +94,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     figures.evidence["cpu"]["reported_cores"] = {"value": reported, "source": "--instances" if opts.instances
                                                  else "psutil.cpu_count(logical=False)", "trusted": False,
                                                  "note": "cpu.cores is the instance count the measurement chose"}
+    figures.evidence["cpu"]["mem_bw_gbps"]["pages"] = facts_mod.huge_pages_note()
     profile = build_profile(
         node_id=node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(opts.capsule),
         cores=whole.instances, threads=info.threads,
