@@ -14,6 +14,8 @@ At --nodes nodes with 8-dimensional coordinates and ~3 measured edges each:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import random
 import statistics
 import sys
@@ -25,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from capsule.model import LinkSample, NodeProfile  # noqa: E402
+from capsule.typed import parse  # noqa: E402
 from fabric.graph import FabricMap  # noqa: E402
 from fabric.simulate import evaluate, grid, line, random_matrix, simulate, split, with_heights  # noqa: E402
 from fabric.vivaldi import Coordinate, VivaldiNode  # noqa: E402
@@ -43,9 +47,10 @@ def main() -> int:
     ids = [f"12D3KooW{i:044d}" for i in range(n)]
     coords = {i: Coordinate([rng.uniform(-100, 100) for _ in range(8)], 0.2, rng.uniform(-1, 1), rng.uniform(0.01, 5))
               for i in ids}
-    links = [{"a": ids[rng.randrange(n)], "b": ids[rng.randrange(n)], "rtt_ms": rng.uniform(1, 300), "jitter_ms": 1.0,
-              "loss": 0.0, "bw_mbps": None, "measured_at": t} for t in range(3 * n)]
-    profiles = [{"node_id": i, "cpu": {"cores": 4, "gflops_fp32": 100.0}} for i in ids]
+    links = [LinkSample(a=ids[rng.randrange(n)], b=ids[rng.randrange(n)], rtt_ms=rng.uniform(1, 300), jitter_ms=1.0,
+                        loss=0.0, bw_mbps=None, measured_at=t, sig_a="", sig_b="") for t in range(3 * n)]
+    template = parse(NodeProfile, json.loads((ROOT / "bench" / "fixtures" / "real_profile.json").read_text()))
+    profiles = [dataclasses.replace(template, node_id=i) for i in ids]
     t0 = time.perf_counter()
     fmap = FabricMap(profiles, coords, links, {"nodes": n})
     load_s = time.perf_counter() - t0

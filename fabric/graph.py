@@ -6,8 +6,11 @@
     profile(node) -> NodeProfile          snapshot() -> dict
     stats() -> FabricStats
 
-Coordinates live in a numpy matrix so k_nearest is one vectorised pass even at 100,000 nodes; measured
-edges are an adjacency map for Dijkstra. Unknown nodes raise UnknownNode with the id.
+Profiles and edges are typed records (capsule.model NodeProfile and LinkSample): `from_relay` parses what
+a relay serves and refuses what does not match, naming the field (a relay is a peer, not a trusted
+source); ~120 us per profile on a 2-core VM, so 100,000 profiles take ~12 s. Coordinates live in a numpy
+matrix so k_nearest is one vectorised pass even at 100,000 nodes; measured edges are an adjacency map for
+Dijkstra. Unknown nodes raise UnknownNode with the id.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from capsule.model import LinkSample, NodeProfile
+from capsule.typed import parse, to_json
 from fabric.vivaldi import Coordinate
 
 REGION_RTT_MS = 30.0   # nodes closer than this (predicted) join one region (single linkage)
@@ -35,9 +40,9 @@ class UnknownNode(KeyError):
 
 
 class FabricMap:
-    def __init__(self, profiles: Iterable[Mapping[str, Any]] = (), coordinates: Mapping[str, Coordinate] | None = None,
-                 links: Iterable[Mapping[str, Any]] = (), stats: Mapping[str, Any] | None = None) -> None:
-        self._profiles = {p["node_id"]: dict(p) for p in profiles}
+    def __init__(self, profiles: Iterable[NodeProfile] = (), coordinates: Mapping[str, Coordinate] | None = None,
+                 links: Iterable[LinkSample] = (), stats: Mapping[str, Any] | None = None) -> None:
+        self._profiles = {p.node_id: p for p in profiles}
         coords = dict(coordinates or {})
         self._ids = sorted(coords)
         self._index = {node: i for i, node in enumerate(self._ids)}
@@ -48,11 +53,11 @@ class FabricMap:
         self._norm2 = (self._vec * self._vec).sum(axis=1)  # |x|^2 per node: distances by one matrix-vector product
         self._height_adjust = self._height + self._adjust
         self._coords = coords
-        self._edges: dict[str, dict[str, Mapping[str, Any]]] = {}
+        self._edges: dict[str, dict[str, LinkSample]] = {}
         for link in links:
-            for x, y in ((link["a"], link["b"]), (link["b"], link["a"])):
+            for x, y in ((link.a, link.b), (link.b, link.a)):
                 old = self._edges.setdefault(x, {}).get(y)
-                if old is None or old["measured_at"] <= link["measured_at"]:
+                if old is None or old.measured_at <= link.measured_at:
                     self._edges[x][y] = link
         self._stats = dict(stats or {})
 
@@ -60,23 +65,26 @@ class FabricMap:
 
     @classmethod
     def from_relay(cls, url: str, timeout_s: float = 30.0) -> FabricMap:
-        """Reads a relay's atlas (every page), its netgraph and its FabricStats."""
+        """Reads a relay's atlas (every page), its netgraph and its FabricStats; a profile or edge that is not
+        a valid record raises capsule.typed.ValidationError naming it."""
         base = url.rstrip("/")
 
         def get(path: str) -> Any:
             with urllib.request.urlopen(base + path, timeout=timeout_s) as resp:
                 return json.loads(resp.read())
 
-        profiles, cursor = [], ""
+        profiles: list[NodeProfile] = []
+        cursor = ""
         while True:
             page = get(f"/atlas?limit=1000&cursor={cursor}")
-            profiles += page["nodes"]
+            profiles += [parse(NodeProfile, p, f"$.nodes[{i}]") for i, p in enumerate(page["nodes"])]
             if not page["next_cursor"]:
                 break
             cursor = page["next_cursor"]
         graph = get("/netgraph")
         coords = {n["node_id"]: Coordinate(**n["coordinate"]) for n in graph["nodes"] if n.get("coordinate")}
-        return cls(profiles, coords, graph["edges"], get("/stats"))
+        edges = [parse(LinkSample, e, f"$.edges[{i}]") for i, e in enumerate(graph["edges"])]
+        return cls(profiles, coords, edges, get("/stats"))
 
     # --- the contract -------------------------------------------------------------------------------
 
@@ -92,11 +100,11 @@ class FabricMap:
 
     def measured_rtt(self, a: str, b: str) -> float | None:
         link = self._edges.get(a, {}).get(b)
-        return float(link["rtt_ms"]) if link else None
+        return link.rtt_ms if link else None
 
     def bandwidth(self, a: str, b: str) -> float | None:
         link = self._edges.get(a, {}).get(b)
-        return float(link["bw_mbps"]) if link and link.get("bw_mbps") is not None else None
+        return link.bw_mbps if link else None
 
     def predicted_from(self, node: str) -> np.ndarray:
         """Predicted RTT (ms) from `node` to every node, in the order of `self.node_ids`."""
@@ -150,7 +158,7 @@ class FabricMap:
             if d > best.get(node, float("inf")):
                 continue
             for nxt, link in self._edges.get(node, {}).items():
-                nd = d + float(link["rtt_ms"])
+                nd = d + link.rtt_ms
                 if nd < best.get(nxt, float("inf")):
                     best[nxt] = nd
                     prev[nxt] = node
@@ -177,7 +185,7 @@ class FabricMap:
             groups.setdefault(find(i), []).append(node)
         return sorted((sorted(g) for g in groups.values()), key=lambda g: (-len(g), g[0]))
 
-    def profile(self, node: str) -> dict[str, Any]:
+    def profile(self, node: str) -> NodeProfile:
         try:
             return self._profiles[node]
         except KeyError:
@@ -185,9 +193,9 @@ class FabricMap:
 
     def snapshot(self) -> dict[str, Any]:
         links = {id(link): link for peers in self._edges.values() for link in peers.values()}
-        return {"profiles": list(self._profiles.values()),
+        return {"profiles": [to_json(p) for p in self._profiles.values()],
                 "coordinates": {n: c.to_json() for n, c in self._coords.items()},
-                "links": list(links.values()), "stats": self.stats()}
+                "links": [to_json(link) for link in links.values()], "stats": self.stats()}
 
     def mesh(self) -> dict[str, Any]:
         """The FabricStats mesh block from the measured graph and the coordinates."""
@@ -211,7 +219,7 @@ class FabricMap:
                         stack.append(nxt)
             pairs += size * (size - 1)
         n = len(nodes)
-        return {"median_rtt_ms": round(statistics.median(float(x["rtt_ms"]) for x in links.values()), 3),
+        return {"median_rtt_ms": round(statistics.median(x.rtt_ms for x in links.values()), 3),
                 "reachable_frac": round(pairs / (n * (n - 1)), 4) if n > 1 else 1.0,
                 "regions": len(self.regions()) if self._coords else None}
 

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from typing import Any
 
 import pytest
 
+from capsule.model import LinkSample, NodeProfile
+from capsule.typed import parse
 from fabric.graph import FabricMap, UnknownNode
 from fabric.vivaldi import Coordinate
+from tests.samples import sample_profile
+
+TEMPLATE = parse(NodeProfile, sample_profile()[1])
+
+
+def typed(links: list[dict[str, Any]]) -> list[LinkSample]:
+    """Edges as the map takes them (signatures are not the map's business: from_relay's input is verified by
+    the relay, and tests/test_links.py reads a real relay)."""
+    return [LinkSample(**{"jitter_ms": 0.0, "loss": 0.0, "bw_mbps": None, **link, "sig_a": "", "sig_b": ""})
+            for link in links]
 
 MapParts = tuple[FabricMap, dict[str, Coordinate], list[dict[str, Any]]]
 
@@ -24,8 +37,8 @@ def random_map(seed: int, n: int = 60, edges: int = 150) -> MapParts:
         a, b = rng.sample(ids, 2)
         links.append({"a": a, "b": b, "rtt_ms": rng.uniform(1, 200), "jitter_ms": 0.5, "loss": 0.0,
                       "bw_mbps": rng.choice([None, rng.uniform(10, 1000)]), "measured_at": 1000 + t})
-    profiles = [{"node_id": i, "cpu": {"cores": 2}} for i in ids]
-    return FabricMap(profiles, coords, links, {"nodes": n}), coords, links
+    profiles = [dataclasses.replace(TEMPLATE, node_id=i) for i in ids]
+    return FabricMap(profiles, coords, typed(links), {"nodes": n}), coords, links
 
 
 def brute_dijkstra(links: list[dict[str, Any]], a: str, b: str) -> float | None:
@@ -72,7 +85,7 @@ def test_contract_matches_brute_force(seed: int) -> None:
         last[(link["a"], link["b"])] = last[(link["b"], link["a"])] = link
     (x, y), link = next(iter(last.items()))
     assert fmap.measured_rtt(x, y) == link["rtt_ms"] and fmap.bandwidth(x, y) == link["bw_mbps"]
-    assert fmap.profile(ids[0])["node_id"] == ids[0]
+    assert fmap.profile(ids[0]).node_id == ids[0] and fmap.profile(ids[0]).cpu.cores == 2
 
 
 def test_regions_split_two_distant_clusters() -> None:
@@ -91,7 +104,7 @@ def test_mesh_fields() -> None:
     links = [{"a": "x", "b": "y", "rtt_ms": 10.0, "measured_at": 1},
              {"a": "y", "b": "z", "rtt_ms": 30.0, "measured_at": 1}]
     coords = {n: Coordinate([float(i * 100)] + [0.0] * 7, 0.1) for i, n in enumerate("xyzw")}
-    mesh = FabricMap([], coords, links).mesh()
+    mesh = FabricMap([], coords, typed(links)).mesh()
     assert mesh["median_rtt_ms"] == 20.0
     assert mesh["reachable_frac"] == pytest.approx(6 / 12)  # x,y,z reach each other; w reaches nobody
     assert mesh["regions"] == 4
@@ -110,3 +123,39 @@ def test_unknown_nodes_and_bad_k() -> None:
         fmap.k_nearest("n000", 0)
     assert len(fmap.k_nearest("n000", 99)) == 4
     assert fmap.measured_rtt("n000", "nope") is None
+
+
+def test_from_relay_refuses_a_profile_that_is_not_a_node_profile() -> None:
+    """A relay is a peer: what it serves is parsed, and a bad record is named. A real relay never serves one,
+    so a stand-in HTTP server on 127.0.0.1 injects it (failure injection)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from capsule.typed import ValidationError
+
+    bad = sample_profile()[1]
+    bad["cpu"]["cores"] = -3
+    answers = {"/atlas?limit=1000&cursor=": {"nodes": [sample_profile()[1], bad], "next_cursor": None},
+               "/netgraph": {"nodes": [], "edges": []}, "/stats": {"nodes": 2}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps(answers[self.path]).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ValidationError) as info:
+            FabricMap.from_relay(f"http://127.0.0.1:{server.server_address[1]}")
+        assert info.value.path == "$.nodes[1].cpu.cores", info.value.path
+        assert "got -3" in str(info.value)
+    finally:
+        server.shutdown()

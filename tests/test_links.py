@@ -153,9 +153,12 @@ def test_sdk_answers_the_contract_against_a_live_relay(tmp_path: Path) -> None:
         assert fmap.predicted_rtt(a.node_id, b.node_id) > 0
         assert fmap.k_nearest(a.node_id, 2)[0] in (b.node_id, c.node_id)
         assert sorted(n for r in fmap.regions() for n in r) == sorted(fmap.node_ids)
-        assert fmap.profile(c.node_id)["node_id"] == c.node_id
+        assert fmap.profile(c.node_id).node_id == c.node_id  # typed: parsed from the relay's /atlas
         snap = fmap.snapshot()
         assert len(snap["profiles"]) == 3 and len(snap["links"]) == 3
+        _, atlas, _ = relay.get("/atlas?limit=1000")
+        by_id = {p["node_id"]: p for p in atlas["nodes"]}
+        assert {p["node_id"]: p for p in snap["profiles"]} == by_id  # typing lost nothing
         stats = fmap.stats()
         assert stats["nodes"] == 3 and stats["mesh"]["median_rtt_ms"] == 20.0
         assert stats["mesh"]["reachable_frac"] == 1.0

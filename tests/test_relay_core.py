@@ -17,6 +17,7 @@ from web.liveness import Liveness
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
 from web.stats import Contribution, FabricStats
+from web.summary import ProfileSummary
 
 CONFIG = RelayConfig()
 
@@ -67,9 +68,9 @@ def test_liveness_sweeps_in_order() -> None:
 def test_atlas_counts_each_node_once_and_only_while_live() -> None:
     _, atlas, beacon, _ = core()
     key, p1 = sample_profile(beacon=beacon, gflops=10.0)
-    atlas.put(p1, atlas.relay_id, now=0)
+    atlas.put(ProfileSummary.of_profile(p1), atlas.relay_id, now=0)
     _, p2 = sample_profile(key, beacon=beacon, gflops=30.0)
-    atlas.put(p2, atlas.relay_id, now=1)
+    atlas.put(ProfileSummary.of_profile(p2), atlas.relay_id, now=1)
     assert atlas.global_stats.snapshot()["nodes"] == 1 and atlas.global_stats.snapshot()["cpu_gflops"] == 30.0
     assert atlas.sweep(now=1 + CONFIG.offline_after_s + 1) == [key.node_id]
     assert atlas.global_stats.snapshot()["nodes"] == 0 and atlas.live_sorted() == []
@@ -106,3 +107,18 @@ def test_token_buckets() -> None:
     buckets.take("b", 1)
     buckets.take("c", 1)  # evicts "a", the least recently used
     assert buckets.take("a", 1) == 0
+
+
+def test_the_atlas_keeps_a_typed_summary_of_each_profile() -> None:
+    _, profile = sample_profile(gflops=64.5, tps=120.0)
+    profile["evidence"]["cpu"]["gflops_fp32"] = {"n": 1024}  # unsigned edit: the summary reads, not verifies
+    summary = ProfileSummary.of_profile(profile)
+    assert summary.contribution == Contribution(cores=2, cpu_mgflops=64_500, gpus=1, gpu_vram_mb=0, gpu_mtflops=2,
+                                                mtokens_per_sec=120_000, storage_free_gb=80)
+    assert (summary.claimed_gflops, summary.instances, summary.sgemm_n, summary.claimed_tps) == (64.5, 2, 1024, 120.0)
+    assert summary.figures() == {"measured_at": profile["measured_at"], "cpu_gflops": 64.5, "mem_bw_gbps": 29.25,
+                                 "tokens_per_sec": 120.0, "gpu_fp16_tflops": 0.002, "storage_read_mbps": 1700.0}
+    assert ProfileSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+    # evidence is an open object: an odd shape there yields no SGEMM order, never an error
+    profile["evidence"]["cpu"] = ["not", "an", "object"]
+    assert ProfileSummary.of_profile(profile).sgemm_n is None

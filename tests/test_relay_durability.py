@@ -67,3 +67,38 @@ def test_kill9_mid_ingest_loses_no_acknowledged_profile(tmp_path: Path) -> None:
         assert not missing, f"{len(missing)} acknowledged profiles lost, e.g. {missing[:3]}"
     finally:
         restarted.stop()
+
+
+def test_a_store_written_before_summaries_loads_and_counts(tmp_path: Path) -> None:
+    """A relay upgraded in place: its profiles table has no summary column (the schema of 2026-12-02); the
+    new relay adds it, parses those rows once, and counts them like any other."""
+    import sqlite3
+
+    relay = RelayProcess(tmp_path / "data").start()
+    try:
+        _, beacon, _ = relay.get("/beacon")
+        key, profile = sample_profile(beacon=beacon, gflops=40.0)
+        assert post(relay.url, json.dumps(profile).encode()) == 201
+    finally:
+        relay.stop()
+    db = tmp_path / "data" / "relay.sqlite"
+    with sqlite3.connect(db) as conn:  # rewrite the table as an older relay had it
+        rows = conn.execute("SELECT node_id, measured_at, origin, body, synced FROM profiles").fetchall()
+        conn.execute("DROP TABLE profiles")
+        conn.execute("CREATE TABLE profiles (node_id TEXT PRIMARY KEY, measured_at INTEGER NOT NULL, origin TEXT NOT "
+                     "NULL, body BLOB NOT NULL, synced INTEGER NOT NULL DEFAULT 0)")
+        conn.executemany("INSERT INTO profiles VALUES (?, ?, ?, ?, ?)", rows)
+    restarted = RelayProcess(tmp_path / "data", port=relay.port).start()
+    try:
+        status, node, _ = restarted.get(f"/v1/nodes/{key.node_id}")
+        assert status == 200 and node["profile"]["cpu"]["gflops_fp32"] == 40.0, node
+        # the atlas holds the old row's node: a newer profile replaces it, and counts
+        _, beacon, _ = restarted.get("/beacon")
+        _, newer = sample_profile(key, beacon=beacon, measured_at=profile["measured_at"] + 1, gflops=50.0)
+        assert post(restarted.url, json.dumps(newer).encode()) == 200
+        _, stats, _ = restarted.get("/stats")
+        assert stats["claimed"]["cpu_gflops"] == 50.0 and stats["claimed"]["nodes"] == 1, stats
+    finally:
+        restarted.stop()
+    with sqlite3.connect(db) as conn:
+        assert "summary" in {row[1] for row in conn.execute("PRAGMA table_info(profiles)")}

@@ -10,39 +10,43 @@ from typing import Any
 from web.config import RelayConfig
 from web.liveness import Liveness
 from web.stats import Contribution, FabricStats
+from web.summary import ProfileSummary
 
 
 @dataclass
 class NodeEntry:
-    measured_at: int
-    sig: str
+    profile: ProfileSummary   # the latest verified profile, typed
     origin: str               # the relay that accepted the profile first
-    contribution: Contribution
     rtt_ms: float | None = None
-    claimed_gflops: float | None = None  # the whole-CPU figure challenges are sized for and judged against
-    instances: int = 1                   # how many capsule instances ran concurrently for that figure
-    sgemm_n: int | None = None           # the order of the SGEMM behind that figure (challenges use it)
-    claimed_tps: float | None = None     # the reference model's tokens/s claim
     verified: Contribution = Contribution()  # what the verified scoreboard counts (web/trust.py)
 
+    @property
+    def measured_at(self) -> int:
+        return self.profile.measured_at
 
-def tps_of(profile: dict[str, Any]) -> float | None:
-    tps = profile["llm"].get("tokens_per_sec")
-    return float(tps) if isinstance(tps, int | float) and tps > 0 else None
+    @property
+    def sig(self) -> str:
+        return self.profile.sig
 
+    @property
+    def contribution(self) -> Contribution:
+        return self.profile.contribution
 
-def claim_of(profile: dict[str, Any]) -> tuple[float | None, int, int | None]:
-    """The whole-CPU GFLOP/s claim, its concurrent instance count (1 when the evidence does not say) and its
-    SGEMM order (None when the evidence does not say)."""
-    gflops = profile["cpu"].get("gflops_fp32")
-    evidence = profile.get("evidence")
-    cpu = evidence.get("cpu") if isinstance(evidence, dict) else None
-    record = cpu.get("gflops_fp32") if isinstance(cpu, dict) else None
-    instances = record.get("instances") if isinstance(record, dict) else None
-    count = len(instances) if isinstance(instances, list) and instances else 1
-    n = record.get("n") if isinstance(record, dict) else None
-    return (float(gflops) if isinstance(gflops, int | float) and gflops > 0 else None), count, \
-        (n if type(n) is int else None)
+    @property
+    def claimed_gflops(self) -> float | None:
+        return self.profile.claimed_gflops
+
+    @property
+    def claimed_tps(self) -> float | None:
+        return self.profile.claimed_tps
+
+    @property
+    def instances(self) -> int:
+        return self.profile.instances
+
+    @property
+    def sgemm_n(self) -> int | None:
+        return self.profile.sgemm_n
 
 
 class Atlas:
@@ -92,16 +96,13 @@ class Atlas:
             stats.set_offline(node_id)
         self.live.discard(node_id)
 
-    def put(self, profile: dict[str, Any], origin: str, now: float, live: bool = True) -> bool:
+    def put(self, profile: ProfileSummary, origin: str, now: float, live: bool = True) -> bool:
         """Records a verified profile (newer than any before it); True if the node is new to the atlas.
         `live` is False for profiles loaded at start-up: a node is live only once heard from again."""
-        node_id = profile["node_id"]
+        node_id = profile.node_id
         old = self.nodes.get(node_id)
         is_new = old is None
-        claimed, instances, sgemm_n = claim_of(profile)
-        self.nodes[node_id] = NodeEntry(profile["measured_at"], profile["sig"], origin, Contribution.of(profile),
-                                        None if old is None else old.rtt_ms, claimed, instances, sgemm_n,
-                                        claimed_tps=tps_of(profile),
+        self.nodes[node_id] = NodeEntry(profile, origin, None if old is None else old.rtt_ms,
                                         verified=Contribution() if old is None else old.verified)
         if live:
             self.liveness.touch(node_id, now)

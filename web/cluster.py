@@ -151,7 +151,7 @@ class Cluster:
         try:
             envelope = json.loads(envelope_bytes)
             origin, body = str(envelope["origin"]), str(envelope["body"]).encode()
-            profile = verify_profile(json.loads(body))
+            verified = verify_profile(json.loads(body))
         except (ValueError, KeyError, TypeError, Problem):
             metrics["invalid"] += 1
             log.warning("refused a profile from the cluster that does not verify")
@@ -159,14 +159,15 @@ class Cluster:
         if origin == self.relay.relay_id:
             metrics["own"] += 1
             return 0
-        stored = self.relay.atlas.nodes.get(profile["node_id"])
-        if stored is not None and stored.measured_at >= profile["measured_at"]:
+        summary = verified.summary
+        stored = self.relay.atlas.nodes.get(summary.node_id)
+        if stored is not None and stored.measured_at >= summary.measured_at:
             metrics["not_newer"] += 1
             return 0
-        await self.relay.store.write(Store.put_profile_op(profile["node_id"], profile["measured_at"], origin, body,
-                                                          True))
+        await self.relay.store.write(Store.put_profile_op(summary.node_id, summary.measured_at, origin, body, True,
+                                                          json.dumps(summary.to_json()).encode()))
         now = time.time()
-        fresh = now - profile["measured_at"] <= self.relay.config.offline_after_s
-        self.relay.atlas.put(profile, origin, now, live=fresh)
+        fresh = now - summary.measured_at <= self.relay.config.offline_after_s
+        self.relay.atlas.put(summary, origin, now, live=fresh)
         metrics["applied"] += 1
         return 1

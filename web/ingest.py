@@ -10,6 +10,7 @@ spend a node's rate budget. No I/O here: the Starlette endpoint stores what this
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from capsule import plausibility
@@ -20,6 +21,7 @@ from web.atlas import Atlas
 from web.config import RelayConfig
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
+from web.summary import ProfileSummary
 
 
 class BeaconBook:
@@ -46,7 +48,16 @@ def parse_json(body: bytes) -> Any:
         raise Problem(400, "invalid_json", "the body is not JSON", str(exc)) from None
 
 
-def verify_profile(data: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class VerifiedProfile:
+    """A profile that passed schema, signature and physical bounds: the JSON as signed (stored and served as
+    is) and its typed summary (what the atlas keeps)."""
+
+    data: dict[str, Any]
+    summary: ProfileSummary
+
+
+def verify_profile(data: Any) -> VerifiedProfile:
     """Schema, signature and physical bounds; Problem naming the field otherwise."""
     try:
         record = verify_record("NodeProfile", data)
@@ -61,10 +72,10 @@ def verify_profile(data: Any) -> dict[str, Any]:
         raise Problem(422, "implausible_figure", "a figure exceeds what any hardware of its kind can do",
                       beyond.message(), beyond.field)
     assert isinstance(data, dict)  # verify_record parsed it as an object
-    return data
+    return VerifiedProfile(data, ProfileSummary.of(record))
 
 
-def verify_body(body: bytes) -> dict[str, Any]:
+def verify_body(body: bytes) -> VerifiedProfile:
     """JSON, schema and signature of a posted profile: the CPU-heavy part, free of any relay state, so it can
     run in a worker process (web/verify_pool.py)."""
     return verify_profile(parse_json(body))
@@ -77,7 +88,7 @@ class Ingest:
         self.beacons = beacons
         self.node_limits = TokenBuckets(config.node_rate_per_min / 60.0, config.node_burst)
 
-    def check(self, body: bytes, now: float) -> tuple[dict[str, Any], bool]:
+    def check(self, body: bytes, now: float) -> tuple[VerifiedProfile, bool]:
         """The verified profile and whether it replaces a stored one; raises Problem to refuse."""
         self.check_size(body)
         return self.admit(verify_body(body), now)
@@ -87,8 +98,9 @@ class Ingest:
             raise Problem(413, "body_too_large", "the profile is too large",
                           f"{len(body)} bytes; this relay accepts at most {self.config.max_body_bytes}")
 
-    def admit(self, profile: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
+    def admit(self, verified: VerifiedProfile, now: float) -> tuple[VerifiedProfile, bool]:
         """The checks after the signature, against this relay's state: beacon, time, newer than stored, rate."""
+        profile = verified.data
         self._check_beacon(profile, now)
         measured_at = profile["measured_at"]
         if measured_at > now + self.config.clock_skew_s:
@@ -108,7 +120,7 @@ class Ingest:
         if wait > 0:
             raise Problem(429, "node_rate_limited", "this node sends profiles too often",
                           f"retry in {wait:.0f} s", headers={"retry-after": str(max(1, round(wait)))})
-        return profile, stored is not None
+        return verified, stored is not None
 
     def _check_beacon(self, profile: dict[str, Any], now: float) -> None:
         cited = profile["beacon"]

@@ -20,6 +20,7 @@ import hashlib
 import time
 from typing import Any
 
+from capsule.model import LinkSample
 from fabric.graph import FabricMap
 from fabric.vivaldi import Coordinate, CoordinateError, VivaldiNode
 from web.config import RelayConfig
@@ -126,7 +127,10 @@ class LinkBook:
         return self.links.get(_key(a, b))
 
     def fabric_map(self) -> FabricMap:
-        return FabricMap([], {n: v.coord for n, v in self.nodes.items()}, self.links.values())
+        # the samples were verified (capsule.signing.verify_record: exactly LinkSample's fields) before the
+        # book took them, so building the typed records needs no second parse
+        return FabricMap([], {n: v.coord for n, v in self.nodes.items()},
+                         [LinkSample(**sample) for sample in self.links.values()])
 
     def mesh(self, now: float | None = None) -> dict[str, Any]:
         now = time.monotonic() if now is None else now

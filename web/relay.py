@@ -25,18 +25,10 @@ from web.metrics import Metrics
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
 from web.store import Store, StoreError
+from web.summary import ProfileSummary
 from web.verify_pool import VerifyPool
 
 log = logging.getLogger("ce.relay")
-
-
-def figures_of(profile: dict[str, Any]) -> dict[str, Any]:
-    """The headline figures of a profile, as its history keeps them (units in the names)."""
-    gpus = profile.get("gpus") or []
-    return {"measured_at": profile["measured_at"], "cpu_gflops": profile["cpu"].get("gflops_fp32"),
-            "mem_bw_gbps": profile["cpu"].get("mem_bw_gbps"), "tokens_per_sec": profile["llm"].get("tokens_per_sec"),
-            "gpu_fp16_tflops": sum(g.get("fp16_tflops") or 0 for g in gpus) if gpus else None,
-            "storage_read_mbps": profile["storage"].get("read_mbps")}
 
 
 class Relay:
@@ -66,8 +58,10 @@ class Relay:
     async def start(self) -> None:
         now = time.time()
         loaded = 0
-        for _node_id, _measured_at, origin, body, _synced in self.store.all_profiles():
-            self.atlas.put(json.loads(body), origin, now, live=False)
+        for _node_id, _measured_at, origin, body, _synced, summary in self.store.all_profiles():
+            # stored summaries are this relay's own writing; rows of older relays are parsed once more
+            self.atlas.put(ProfileSummary.from_json(json.loads(summary)) if summary is not None
+                           else ProfileSummary.of_profile(json.loads(body)), origin, now, live=False)
             loaded += 1
         for body in self.store.beacons():
             self.beacons.add(json.loads(body))
@@ -144,28 +138,30 @@ class Relay:
         self.ingest.check_size(body)
         verified = await self.verifier.verify(body)
         now = time.time()
-        profile, replaced = self.ingest.admit(verified, now)
-        node_id = profile["node_id"]
+        _, replaced = self.ingest.admit(verified, now)
+        summary = verified.summary
+        node_id = summary.node_id
         if node_id in self._inflight:
             raise Problem(409, "concurrent_profile", "another profile of this node is being stored",
                           "retry after the first one is answered")
         self._inflight.add(node_id)
         try:
             await self.store.write(Store.all_of(
-                Store.put_profile_op(node_id, profile["measured_at"], self.relay_id, body, False),
-                Store.put_history_op(node_id, now, "profile", json.dumps(figures_of(profile)).encode(),
+                Store.put_profile_op(node_id, summary.measured_at, self.relay_id, body, False,
+                                     json.dumps(summary.to_json()).encode()),
+                Store.put_history_op(node_id, now, "profile", json.dumps(summary.figures()).encode(),
                                      self.config.history_kept)))
         except StoreError as exc:
             log.error("store failed", extra={"error": str(exc)})
             raise Problem(503, "store_unavailable", "the relay cannot store profiles right now", str(exc)) from None
         finally:
             self._inflight.discard(node_id)
-        self.atlas.put(profile, self.relay_id, now)
+        self.atlas.put(summary, self.relay_id, now)
         self.challenges.refresh(node_id, now)  # a new claim is judged against what was observed
         log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
         if self.cluster is not None:
-            self.cluster.publish_profile(node_id, profile["measured_at"], body)
-        return (200 if replaced else 201), {"node_id": node_id, "measured_at": profile["measured_at"],
+            self.cluster.publish_profile(node_id, summary.measured_at, body)
+        return (200 if replaced else 201), {"node_id": node_id, "measured_at": summary.measured_at,
                                             "status": "replaced" if replaced else "stored"}
 
     def history(self, node_id: str, limit: int) -> list[dict[str, Any]]:

@@ -23,22 +23,6 @@ class Contribution:
     mtokens_per_sec: int = 0
     storage_free_gb: int = 0
 
-    @staticmethod
-    def of(profile: Mapping[str, Any]) -> Contribution:
-        def milli(value: Any) -> int:
-            return round(float(value) * MILLI) if isinstance(value, int | float) else 0
-
-        gpus = profile.get("gpus") or []
-        return Contribution(
-            cores=int(profile["cpu"]["cores"]),
-            cpu_mgflops=milli(profile["cpu"].get("gflops_fp32")),
-            gpus=len(gpus),
-            gpu_vram_mb=sum(int(g.get("vram_mb") or 0) for g in gpus),
-            gpu_mtflops=sum(milli(g.get("fp16_tflops")) for g in gpus),
-            mtokens_per_sec=milli(profile["llm"].get("tokens_per_sec")),
-            storage_free_gb=int(profile["storage"].get("free_gb") or 0),
-        )
-
 
 class FabricStats:
     def __init__(self, perf_reference: Mapping[str, float], perf_weights: Mapping[str, float]) -> None:

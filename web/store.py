@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS profiles (
     measured_at INTEGER NOT NULL,
     origin TEXT NOT NULL,          -- NodeId of the relay that first accepted it
     body BLOB NOT NULL,            -- the signed profile as received (JSON)
-    synced INTEGER NOT NULL DEFAULT 0  -- 1 once published to the cluster (NATS)
+    synced INTEGER NOT NULL DEFAULT 0, -- 1 once published to the cluster (NATS)
+    summary BLOB                   -- web.summary.ProfileSummary (JSON); NULL in rows of older relays
 );
 CREATE TABLE IF NOT EXISTS links (
     a TEXT NOT NULL,
@@ -57,6 +58,9 @@ class Store:
         self._writer.execute("PRAGMA journal_mode=WAL")
         self._writer.execute("PRAGMA synchronous=FULL")
         self._writer.executescript(SCHEMA)
+        columns = {row[1] for row in self._writer.execute("PRAGMA table_info(profiles)")}
+        if "summary" not in columns:  # a store written by an older relay: its rows get summaries as they change
+            self._writer.execute("ALTER TABLE profiles ADD COLUMN summary BLOB")
         self._reader = sqlite3.connect(path, check_same_thread=False)
         self._queue: queue.Queue[tuple[Op, Future[Any]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._write_loop, name="sqlite-writer", daemon=True)
@@ -132,13 +136,15 @@ class Store:
         return op
 
     @staticmethod
-    def put_profile_op(node_id: str, measured_at: int, origin: str, body: bytes, synced: bool) -> Op:
+    def put_profile_op(node_id: str, measured_at: int, origin: str, body: bytes, synced: bool,
+                       summary: bytes | None = None) -> Op:
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(
-                "INSERT INTO profiles (node_id, measured_at, origin, body, synced) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO profiles (node_id, measured_at, origin, body, synced, summary) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(node_id) DO UPDATE SET measured_at=excluded.measured_at, origin=excluded.origin, "
-                "body=excluded.body, synced=excluded.synced WHERE excluded.measured_at > profiles.measured_at",
-                (node_id, measured_at, origin, body, int(synced)))
+                "body=excluded.body, synced=excluded.synced, summary=excluded.summary "
+                "WHERE excluded.measured_at > profiles.measured_at",
+                (node_id, measured_at, origin, body, int(synced), summary))
         return op
 
     @staticmethod
@@ -187,8 +193,9 @@ class Store:
     def all_links(self) -> list[bytes]:
         return [bytes(r[0]) for r in self._reader.execute("SELECT body FROM links ORDER BY measured_at")]
 
-    def all_profiles(self) -> Iterator[tuple[str, int, str, bytes, bool]]:
-        yield from self._reader.execute("SELECT node_id, measured_at, origin, body, synced FROM profiles")
+    def all_profiles(self) -> Iterator[tuple[str, int, str, bytes, bool, bytes | None]]:
+        """(node_id, measured_at, origin, body, synced, summary or None) of every stored profile."""
+        yield from self._reader.execute("SELECT node_id, measured_at, origin, body, synced, summary FROM profiles")
 
     def unsynced(self) -> list[tuple[str, int, bytes]]:
         return list(self._reader.execute("SELECT node_id, measured_at, body FROM profiles WHERE synced=0"))

@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from web.ingest import verify_body
+from web.ingest import VerifiedProfile, verify_body
 from web.problems import Problem
 
 log = logging.getLogger("ce.relay")
@@ -34,7 +34,7 @@ class VerifyPool:
         # spawn, not fork: the relay has threads (the SQLite writer) that a fork would copy mid-state
         return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
 
-    async def verify(self, body: bytes) -> dict[str, Any]:
+    async def verify(self, body: bytes) -> VerifiedProfile:
         if self._pool is None:
             return verify_body(body)
         try:
@@ -45,8 +45,8 @@ class VerifyPool:
             self._pool = self._start()
             return verify_body(body)
         if outcome[0] == "ok":
-            profile: dict[str, Any] = outcome[1]
-            return profile
+            verified: VerifiedProfile = outcome[1]
+            return verified
         raise Problem(*outcome[1:])
 
     def close(self) -> None:

@@ -1,0 +1,89 @@
+"""What the relay keeps in memory of a verified NodeProfile: a typed summary made once from the typed record
+(capsule.model.NodeProfile) when the profile is verified, and stored beside it, so a relay starting with
+100,000 profiles reads summaries instead of parsing every profile again (a typed parse costs ~120 us per
+profile here, 12 s at 100k). Pure: no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from capsule.model import NodeProfile
+from capsule.typed import parse
+from web.stats import MILLI, Contribution
+
+
+def _milli(value: float | None) -> int:
+    return round(value * MILLI) if value is not None else 0
+
+
+def _positive(value: float | None) -> float | None:
+    return value if value is not None and value > 0 else None
+
+
+def sgemm_order(evidence: dict[str, Any]) -> int | None:
+    """The SGEMM order behind the whole-CPU figure (challenges reuse it). Evidence is an open object in the
+    data model, so this one field is read with care; None where a node's evidence does not say."""
+    cpu = evidence.get("cpu")
+    record = cpu.get("gflops_fp32") if isinstance(cpu, dict) else None
+    n = record.get("n") if isinstance(record, dict) else None
+    return n if type(n) is int and n > 0 else None
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    node_id: str
+    measured_at: int              # unix seconds
+    sig: str
+    contribution: Contribution    # what the node adds to the claimed scoreboard while live
+    gflops_fp32: float | None     # whole-CPU GFLOP/s as claimed
+    instances: int                # concurrent capsule instances behind that figure (= cpu.cores, measured)
+    sgemm_n: int | None           # the SGEMM order behind that figure
+    tokens_per_sec: float | None  # reference-model tokens/s as claimed
+    mem_bw_gbps: float | None
+    gpu_fp16_tflops: float | None  # all GPUs together; None without GPUs
+    storage_read_mbps: float | None
+
+    @staticmethod
+    def of(record: NodeProfile) -> ProfileSummary:
+        gpus = record.gpus
+        return ProfileSummary(
+            node_id=record.node_id, measured_at=record.measured_at, sig=record.sig,
+            contribution=Contribution(
+                cores=record.cpu.cores, cpu_mgflops=_milli(record.cpu.gflops_fp32), gpus=len(gpus),
+                gpu_vram_mb=sum(g.vram_mb or 0 for g in gpus), gpu_mtflops=sum(_milli(g.fp16_tflops) for g in gpus),
+                mtokens_per_sec=_milli(record.llm.tokens_per_sec), storage_free_gb=record.storage.free_gb or 0),
+            gflops_fp32=record.cpu.gflops_fp32, instances=record.cpu.cores,
+            sgemm_n=sgemm_order(record.evidence), tokens_per_sec=record.llm.tokens_per_sec,
+            mem_bw_gbps=record.cpu.mem_bw_gbps,
+            gpu_fp16_tflops=sum(g.fp16_tflops or 0.0 for g in gpus) if gpus else None,
+            storage_read_mbps=record.storage.read_mbps)
+
+    @staticmethod
+    def of_profile(data: Any) -> ProfileSummary:
+        """From profile JSON (a stored row written before summaries were stored): a full typed parse."""
+        return ProfileSummary.of(parse(NodeProfile, data))
+
+    @property
+    def claimed_gflops(self) -> float | None:
+        """The whole-CPU claim challenges are sized for and judged against (None: nothing to challenge)."""
+        return _positive(self.gflops_fp32)
+
+    @property
+    def claimed_tps(self) -> float | None:
+        return _positive(self.tokens_per_sec)
+
+    def figures(self) -> dict[str, Any]:
+        """The headline figures, as a node's history keeps them (units in the names)."""
+        return {"measured_at": self.measured_at, "cpu_gflops": self.gflops_fp32, "mem_bw_gbps": self.mem_bw_gbps,
+                "tokens_per_sec": self.tokens_per_sec, "gpu_fp16_tflops": self.gpu_fp16_tflops,
+                "storage_read_mbps": self.storage_read_mbps}
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> ProfileSummary:
+        """From what to_json wrote into this relay's own store."""
+        return ProfileSummary(**{**data, "contribution": Contribution(**data["contribution"])})
