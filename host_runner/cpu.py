@@ -89,31 +89,49 @@ def _merged(first: ProbeReport, second: ProbeReport) -> ProbeReport:
     return replace(first, probes=probes, probe_order=[*first.probe_order, *second.probe_order])
 
 
-def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,
-                      sgemm_n: int = 1024, config: ScalingConfig = DEFAULT_SCALING,
-                      step: Callable[[int, bool], None] | None = None) -> WholeCpu:
-    """Finds the instance count by measurement, then runs the whole-CPU probes (sgemm and triad-only
-    stream, in `order`) with it. `reported` is the platform's core count: a starting point, not a fact."""
-    def args(probes: str, budget: int) -> Callable[[int], list[str]]:
-        return lambda i: ["--probes", probes, "--seed", instance_seed(seed_hex, i), "--budget-ms", str(budget),
-                          "--soft-budget", "--sgemm-n", str(sgemm_n), "--stream-triad-only"]
+def _probe_args(seed_hex: str, probes: str, budget_ms: int, sgemm_n: int) -> Callable[[int], list[str]]:
+    return lambda i: ["--probes", probes, "--seed", instance_seed(seed_hex, i), "--budget-ms", str(budget_ms),
+                      "--soft-budget", "--sgemm-n", str(sgemm_n), "--stream-triad-only"]
 
+
+def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024,
+                   config: ScalingConfig = DEFAULT_SCALING, step: Callable[[int, bool], None] | None = None
+                   ) -> tuple[list[tuple[int, float | None]], int]:
+    """The instance search (capsule/scaling.py) with short SGEMM steps: (curve, chosen count). `reported` is
+    the platform's core count: a starting point, not a fact."""
     curve: list[tuple[int, float | None]] = []
     while (k := next_instances(curve, max(1, reported), config)) is not None:
         if step:
             step(k, False)
-        trial = run_concurrent(wasm, args("sgemm", STEP_BUDGET_MS), k)
+        trial = run_concurrent(wasm, _probe_args(seed_hex, "sgemm", STEP_BUDGET_MS, sgemm_n), k)
         rate = window_rate([work_spans(r, "sgemm") for r in trial.reports]).rate
         curve.append((k, None if rate is None else rate / 1e9))
-    chosen = chosen_instances(curve, config)
-    if step:
-        step(chosen, True)
+    return curve, chosen_instances(curve, config)
+
+
+def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: int, probe_budget_ms: int,
+                  sgemm_n: int = 1024) -> ConcurrentRun:
+    """The whole-CPU probes (sgemm and triad-only stream, in `order`) on `instances` instances at once, one
+    report per instance with both probes merged."""
     # each probe starts behind its own barrier: with more instances than cores, instances finish SGEMM at
     # different times, and a shared run could leave their STREAM passes without a common window
-    runs = [run_concurrent(wasm, args(p, budget_ms // 2), chosen) for p in order if p in ("sgemm", "stream")]
+    runs = [run_concurrent(wasm, _probe_args(seed_hex, p, probe_budget_ms, sgemm_n), instances)
+            for p in order if p in ("sgemm", "stream")]
     run = runs[0]
     for extra in runs[1:]:
         run = ConcurrentRun([_merged(a, b) for a, b in zip(run.reports, extra.reports, strict=True)],
                             run.wall_s + extra.wall_s)
+    return run
+
+
+def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,
+                      sgemm_n: int = 1024, config: ScalingConfig = DEFAULT_SCALING,
+                      step: Callable[[int, bool], None] | None = None) -> WholeCpu:
+    """Finds the instance count by measurement, then runs the whole-CPU probes with it (budget_ms in all,
+    shared by the probes)."""
+    curve, chosen = find_instances(wasm, seed_hex, reported, sgemm_n, config, step)
+    if step:
+        step(chosen, True)
+    run = whole_cpu_run(wasm, seed_hex, order, chosen, budget_ms // 2, sgemm_n)
     return WholeCpu(run, [{"instances": k, "gflops_fp32": None if r is None else round(r, 3)} for k, r in curve],
                     chosen)

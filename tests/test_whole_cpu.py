@@ -1,6 +1,21 @@
-"""Server whole-CPU figures do not trust the reported core count: measure_whole_cpu (what `ce-bench run
---instances N` calls) with a claim of 8 cores on this machine reports within 10% of a claim of the real
-count, because instances are added only while they pay and the figure is work over the common window."""
+"""Server whole-CPU figures do not trust the reported core count: with a claim of 8 cores on this machine,
+the figures `ce-bench run --instances 8` reports stay within 10% of those under a claim of the real count
+(issue 9), because instances are added only while they pay and the figure is work over the common window.
+
+How the 10% is tested on a noisy VM. The claim enters only through the instance search: it decides how
+many instances the whole-CPU run uses (whole_cpu_run takes no claim). So the test runs the real search
+under each claim, and then:
+* where both claims chose the same count, the figures come from the same procedure: nothing to compare;
+* the figure must not grow with instances beyond the cores: twice as many instances as cores (WebKit's 4
+  on 2; the most the search may overshoot to) against the cores' count, and the claim's count if it is
+  neither, measured in alternation over many short rounds (the product's own run and aggregate), with the
+  median of per-round ratios bounded at 1.10.
+Whole runs compared one after the other cannot carry a 10% bound here: two identical runs differ by up to
+2x (measured 2026-12-03, AMD EPYC: 36.7 vs 72.8 GFLOP/s for the same 2 instances, when the host put both
+vCPUs on one physical core); rounds close in time share the host's state. Measured the same day, 24
+rounds: same count on both sides 0.983 (sgemm) / 0.998 (stream); 4 vs 2 instances 0.970 / 0.924. A sum
+of per-instance medians (the bug this guards against) gives ~2x.
+"""
 
 from __future__ import annotations
 
@@ -9,36 +24,46 @@ import statistics
 
 from capsule.aggregate import aggregate
 from capsule.plan import instance_seed
-from host_runner.cpu import measure_whole_cpu
+from host_runner.cpu import find_instances, measure_whole_cpu, whole_cpu_run
 from tests.conftest import Artifacts
 
 SEED = "ab" * 32
+ROUNDS = 20
+ROUND_BUDGET_MS = {"sgemm": 400, "stream": 800}  # a few products / triad passes per instance and round
+
+
+def figure(artifacts: Artifacts, probe: str, instances: int) -> float | None:
+    run = whole_cpu_run(artifacts.capsule, SEED, (probe,), instances, ROUND_BUDGET_MS[probe])
+    f = aggregate(run.reports, run.reports[0])
+    return f.gflops_fp32 if probe == "sgemm" else f.mem_bw_gbps
 
 
 def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artifacts) -> None:
     cores = os.cpu_count() or 1
-    figures: dict[int, list[tuple[float, float]]] = {8: [], cores: []}
-    chosen: dict[int, list[int]] = {8: [], cores: []}
-    for claim in (cores, 8) * 3:  # alternate: noise on these 2-core machines hits both alike
-        whole = measure_whole_cpu(artifacts.capsule, SEED, ("sgemm", "stream"), claim, 3000)
-        f = aggregate(whole.run.reports, whole.run.reports[0], whole.curve)
-        assert f.gflops_fp32 is not None and f.mem_bw_gbps is not None, f.evidence["cpu"]
-        figures[claim].append((f.gflops_fp32, f.mem_bw_gbps))
-        chosen[claim].append(whole.instances)
-        assert [r.seed for r in whole.run.reports] == [instance_seed(SEED, i) for i in range(whole.instances)]
-    # a noisy step can make the search overshoot (8 instances on 2 cores); the figure stays true anyway,
-    # because time-sliced instances add up over the common window to what the cores did
-    # The claim must not inflate the figures by more than 10% (a sum of per-instance medians doubles them):
-    # the typical (median) claimed figure may not exceed the best honest one by 10%. Pair ratios proved too
-    # noisy: on these VMs two identical runs (same instance count) differ by up to 40% (measured
-    # 2026-12-03, AMD EPYC: 36.8 vs 61.5 GFLOP/s, 27-43 GB/s), so one slow honest run decided a pair.
-    # Below, the typical claimed figure must reach 75% of the typical honest one.
-    # The inflation bound is 1.25x, not the issue's 10%: with the same instance count chosen in all six runs
-    # (the claim ignored entirely) the typical claimed memory figure still came out 1.14x the best honest one
-    # (32.7 vs 28.6 GB/s, AMD EPYC, 2026-12-03). The failure this guards against is 1.5-2x (a sum of
-    # per-instance medians: 65-97 vs 44-49 GB/s in WebKit), which 1.25x still catches with margin.
-    for i, name in enumerate(("gflops_fp32", "mem_bw_gbps")):
-        claimed = statistics.median(c[i] for c in figures[8])
-        honest = [h[i] for h in figures[cores]]
-        assert claimed <= 1.25 * max(honest), (name, "inflated", figures, chosen)
-        assert claimed >= 0.75 * statistics.median(honest), (name, "deflated", figures, chosen)
+    honest, claimed = (find_instances(artifacts.capsule, SEED, claim)[1] for claim in (cores, 8))
+    assert 1 <= honest <= 2 * cores and 1 <= claimed <= 2 * cores, (honest, claimed)
+    others = sorted({2 * cores, claimed} - {honest})
+    ratios: dict[tuple[str, int], list[float]] = {}
+    for r in range(ROUNDS):
+        for probe in ("sgemm", "stream"):
+            for other in others:
+                pair = (honest, other) if r % 2 == 0 else (other, honest)  # ABBA: neither side always first
+                got = dict(zip(pair, (figure(artifacts, probe, k) for k in pair), strict=True))
+                mine, theirs = got[honest], got[other]
+                if mine is not None and theirs is not None:  # None: no common window (said in evidence)
+                    ratios.setdefault((probe, other), []).append(theirs / mine)
+    assert len(ratios) == 2 * len(others), ratios
+    for (probe, other), values in ratios.items():
+        assert len(values) >= ROUNDS * 3 // 4, (probe, other, "too few rounds had a figure", values)
+        median = statistics.median(values)
+        assert median <= 1.10, (probe, f"{other} instances vs {honest}", "inflated", values)
+        assert median >= 0.75, (probe, f"{other} instances vs {honest}", "deflated", values)
+
+
+def test_the_composed_measurement_seeds_each_instance_from_the_plan(artifacts: Artifacts) -> None:
+    whole = measure_whole_cpu(artifacts.capsule, SEED, ("sgemm", "stream"), 8, 1200)
+    f = aggregate(whole.run.reports, whole.run.reports[0], whole.curve)
+    assert f.gflops_fp32 is not None and f.mem_bw_gbps is not None, f.evidence["cpu"]
+    assert [r.seed for r in whole.run.reports] == [instance_seed(SEED, i) for i in range(whole.instances)]
+    assert [step["instances"] for step in whole.curve][:2] == [1, 2]
+    assert f.evidence["cpu"]["instances"] == whole.instances
