@@ -13,8 +13,9 @@ under each claim, and then:
 Whole runs compared one after the other cannot carry a 10% bound here: two identical runs differ by up to
 2x (measured 2026-12-03, AMD EPYC: 36.7 vs 72.8 GFLOP/s for the same 2 instances, when the host put both
 vCPUs on one physical core); rounds close in time share the host's state. Measured the same day, 24
-rounds: same count on both sides 0.983 (sgemm) / 0.998 (stream); 4 vs 2 instances 0.970 / 0.924. A sum
-of per-instance medians (the bug this guards against) gives ~2x.
+rounds: same count on both sides 0.983 (sgemm) / 0.998 (stream); 4 vs 2 instances 0.970 / 0.924 here and
+0.962-0.992 / 0.990-1.058 in Chromium. A sum of per-instance medians (the bug this guards against) gives
+~2x.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from host_runner.cpu import find_instances, measure_whole_cpu, whole_cpu_run
 from tests.conftest import Artifacts
 
 SEED = "ab" * 32
-ROUNDS = 20
+# rounds per probe: SGEMM pair ratios spread ~3% here, STREAM's ~17% (the host's memory bandwidth flips
+# between two levels every few seconds), so STREAM needs more rounds for its median to sit within a few %
+ROUNDS = {"sgemm": 16, "stream": 32}
 ROUND_BUDGET_MS = {"sgemm": 400, "stream": 800}  # a few products / triad passes per instance and round
 
 
@@ -44,8 +47,8 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
     assert 1 <= honest <= 2 * cores and 1 <= claimed <= 2 * cores, (honest, claimed)
     others = sorted({2 * cores, claimed} - {honest})
     ratios: dict[tuple[str, int], list[float]] = {}
-    for r in range(ROUNDS):
-        for probe in ("sgemm", "stream"):
+    for r in range(max(ROUNDS.values())):
+        for probe in (p for p in ROUNDS if r < ROUNDS[p]):
             for other in others:
                 pair = (honest, other) if r % 2 == 0 else (other, honest)  # ABBA: neither side always first
                 got = dict(zip(pair, (figure(artifacts, probe, k) for k in pair), strict=True))
@@ -54,7 +57,7 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
                     ratios.setdefault((probe, other), []).append(theirs / mine)
     assert len(ratios) == 2 * len(others), ratios
     for (probe, other), values in ratios.items():
-        assert len(values) >= ROUNDS * 3 // 4, (probe, other, "too few rounds had a figure", values)
+        assert len(values) >= ROUNDS[probe] * 3 // 4, (probe, other, "too few rounds had a figure", values)
         median = statistics.median(values)
         assert median <= 1.10, (probe, f"{other} instances vs {honest}", "inflated", values)
         assert median >= 0.75, (probe, f"{other} instances vs {honest}", "deflated", values)
