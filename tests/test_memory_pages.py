@@ -31,8 +31,9 @@ def test_the_stream_arrays_sit_on_huge_pages_where_the_kernel_offers_them(artifa
     grown_kib = anon_huge_kib() - before
     if mode in ("always", "madvise"):
         assert reactor.huge_pages, "madvise(MADV_HUGEPAGE) was refused"
-        # three 16 MiB arrays: all but the partial 2 MiB pages at their ends are huge
-        assert grown_kib >= 3 * 12 * 1024, (mode, grown_kib)
+        # three 16 MiB arrays (~40 MiB of whole 2 MiB pages); the kernel may fall back to 4 KiB pages where
+        # memory is fragmented, so a third of that is required, which 4 KiB pages alone never show
+        assert grown_kib >= 16 * 1024, (mode, grown_kib)
         assert f"THP mode {mode}" in huge_pages_note()
     else:  # the kernel offers none: the evidence must say 4 KiB pages, never claim huge ones
         assert "4 KiB pages" in huge_pages_note(), mode
