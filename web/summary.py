@@ -21,13 +21,25 @@ def _positive(value: float | None) -> float | None:
     return value if value is not None and value > 0 else None
 
 
-def sgemm_order(evidence: dict[str, Any]) -> int | None:
-    """The SGEMM order behind the whole-CPU figure (challenges reuse it). Evidence is an open object in the
-    data model, so this one field is read with care; None where a node's evidence does not say."""
+def _sgemm_record(evidence: dict[str, Any]) -> dict[str, Any]:
+    """evidence.cpu.gflops_fp32, or {} where a node's evidence has no such object. Evidence is an open object
+    in the data model, so the fields the relay relies on are read with care."""
     cpu = evidence.get("cpu")
     record = cpu.get("gflops_fp32") if isinstance(cpu, dict) else None
-    n = record.get("n") if isinstance(record, dict) else None
+    return record if isinstance(record, dict) else {}
+
+
+def sgemm_order(evidence: dict[str, Any]) -> int | None:
+    """The SGEMM order behind the whole-CPU figure (challenges reuse it); None where the evidence does not say."""
+    n = _sgemm_record(evidence).get("n")
     return n if type(n) is int and n > 0 else None
+
+
+def instance_count(evidence: dict[str, Any], cores: int) -> int:
+    """How many capsule instances ran at once for the whole-CPU figure (challenges give each its share): the
+    evidence's per-instance list where it has one, else cpu.cores (which ce-bench sets to that count)."""
+    instances = _sgemm_record(evidence).get("instances")
+    return len(instances) if isinstance(instances, list) and instances else cores
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,7 @@ class ProfileSummary:
     sig: str
     contribution: Contribution    # what the node adds to the claimed scoreboard while live
     gflops_fp32: float | None     # whole-CPU GFLOP/s as claimed
-    instances: int                # concurrent capsule instances behind that figure (= cpu.cores, measured)
+    instances: int                # concurrent capsule instances behind that figure
     sgemm_n: int | None           # the SGEMM order behind that figure
     tokens_per_sec: float | None  # reference-model tokens/s as claimed
     mem_bw_gbps: float | None
@@ -53,7 +65,7 @@ class ProfileSummary:
                 cores=record.cpu.cores, cpu_mgflops=_milli(record.cpu.gflops_fp32), gpus=len(gpus),
                 gpu_vram_mb=sum(g.vram_mb or 0 for g in gpus), gpu_mtflops=sum(_milli(g.fp16_tflops) for g in gpus),
                 mtokens_per_sec=_milli(record.llm.tokens_per_sec), storage_free_gb=record.storage.free_gb or 0),
-            gflops_fp32=record.cpu.gflops_fp32, instances=record.cpu.cores,
+            gflops_fp32=record.cpu.gflops_fp32, instances=instance_count(record.evidence, record.cpu.cores),
             sgemm_n=sgemm_order(record.evidence), tokens_per_sec=record.llm.tokens_per_sec,
             mem_bw_gbps=record.cpu.mem_bw_gbps,
             gpu_fp16_tflops=sum(g.fp16_tflops or 0.0 for g in gpus) if gpus else None,
