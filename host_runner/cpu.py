@@ -89,9 +89,11 @@ def _merged(first: ProbeReport, second: ProbeReport) -> ProbeReport:
     return replace(first, probes=probes, probe_order=[*first.probe_order, *second.probe_order])
 
 
-def _probe_args(seed_hex: str, probes: str, budget_ms: int, sgemm_n: int) -> Callable[[int], list[str]]:
+def _probe_args(seed_hex: str, probes: str, budget_ms: int, sgemm_n: int,
+                stream_mib: int | None = None) -> Callable[[int], list[str]]:
+    size = ["--stream-mib", str(stream_mib)] if stream_mib is not None else []
     return lambda i: ["--probes", probes, "--seed", instance_seed(seed_hex, i), "--budget-ms", str(budget_ms),
-                      "--soft-budget", "--sgemm-n", str(sgemm_n), "--stream-triad-only"]
+                      "--soft-budget", "--sgemm-n", str(sgemm_n), "--stream-triad-only", *size]
 
 
 def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024,
@@ -110,12 +112,13 @@ def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024
 
 
 def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: int, probe_budget_ms: int,
-                  sgemm_n: int = 1024) -> ConcurrentRun:
+                  sgemm_n: int = 1024, stream_mib: int | None = None) -> ConcurrentRun:
     """The whole-CPU probes (sgemm and triad-only stream, in `order`) on `instances` instances at once, one
-    report per instance with both probes merged."""
+    report per instance with both probes merged. stream_mib: the STREAM array size (the capsule's default
+    when None)."""
     # each probe starts behind its own barrier: with more instances than cores, instances finish SGEMM at
     # different times, and a shared run could leave their STREAM passes without a common window
-    runs = [run_concurrent(wasm, _probe_args(seed_hex, p, probe_budget_ms, sgemm_n), instances)
+    runs = [run_concurrent(wasm, _probe_args(seed_hex, p, probe_budget_ms, sgemm_n, stream_mib), instances)
             for p in order if p in ("sgemm", "stream")]
     run = runs[0]
     for extra in runs[1:]:

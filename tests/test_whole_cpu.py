@@ -12,10 +12,10 @@ under each claim, and then:
   median of per-round ratios bounded at 1.10.
 Whole runs compared one after the other cannot carry a 10% bound here: two identical runs differ by up to
 2x (measured 2026-12-03, AMD EPYC: 36.7 vs 72.8 GFLOP/s for the same 2 instances, when the host put both
-vCPUs on one physical core); rounds close in time share the host's state. Measured the same day, 24
-rounds: same count on both sides 0.983 (sgemm) / 0.998 (stream); 4 vs 2 instances 0.970 / 0.924 here and
-0.962-0.992 / 0.990-1.058 in Chromium. A sum of per-instance medians (the bug this guards against) gives
-~2x.
+vCPUs on one physical core); rounds close in time share the host's state. Measured the same day with
+these rounds (median of per-round ratios, 4 vs 2 instances): SGEMM 0.984-0.996, STREAM 0.920-0.933 here,
+0.980-0.988 / 0.865-0.927 in Chromium; the same count on both sides gave 0.98-1.04. A sum of per-instance
+medians (the bug this guards against) gives ~2x.
 """
 
 from __future__ import annotations
@@ -29,14 +29,17 @@ from host_runner.cpu import find_instances, measure_whole_cpu, whole_cpu_run
 from tests.conftest import Artifacts
 
 SEED = "ab" * 32
-# rounds per probe: SGEMM pair ratios spread ~3% here, STREAM's ~17% (the host's memory bandwidth flips
-# between two levels every few seconds), so STREAM needs more rounds for its median to sit within a few %
-ROUNDS = {"sgemm": 16, "stream": 32}
-ROUND_BUDGET_MS = {"sgemm": 400, "stream": 800}  # a few products / triad passes per instance and round
+# Rounds per probe. SGEMM pair ratios spread ~3% here; STREAM's ~17%, because the host's memory bandwidth
+# flips between two levels every few seconds, so STREAM rounds are short (16 MiB arrays, 300 ms: a pair is
+# measured within ~1 s) and many. With 64 MiB arrays, 800 ms and 32 rounds, the 4-vs-2 median ranged
+# 0.92-1.10 over three runs; with these, 0.89-0.96 over four (2026-12-03).
+ROUNDS = {"sgemm": 16, "stream": 48}
+ROUND_BUDGET_MS = {"sgemm": 400, "stream": 300}  # a few products / triad passes per instance and round
+STREAM_MIB = 16  # per array: three arrays per instance still far exceed the caches
 
 
 def figure(artifacts: Artifacts, probe: str, instances: int) -> float | None:
-    run = whole_cpu_run(artifacts.capsule, SEED, (probe,), instances, ROUND_BUDGET_MS[probe])
+    run = whole_cpu_run(artifacts.capsule, SEED, (probe,), instances, ROUND_BUDGET_MS[probe], stream_mib=STREAM_MIB)
     f = aggregate(run.reports, run.reports[0])
     return f.gflops_fp32 if probe == "sgemm" else f.mem_bw_gbps
 
