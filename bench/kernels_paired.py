@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import platform
 import shutil
 import statistics
@@ -64,10 +65,15 @@ def native_library(tmp: Path) -> ctypes.CDLL:
 
 
 def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+    """The CPU as /proc/cpuinfo names it, with family and model (VMs often say only "AMD EPYC")."""
+    info: dict[str, str] = {}
+    path = Path("/proc/cpuinfo")
+    for line in path.read_text().splitlines() if path.exists() else []:
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    if "model name" not in info:
+        return platform.processor() or "unknown CPU"
+    return f"{info['model name']} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -162,7 +168,7 @@ def main() -> int:
     lines.append(ratio_line("SGEMM n=1024 vs same C native", rates["wasm"], rates["native"], 0.85, "GFLOP/s"))
     lines.append(ratio_line(f"SGEMM n=1024 vs BLAS {blas}", rates["wasm"], rates["blas"], 0.30, "GFLOP/s"))
 
-    print(f"{cpu_model()}, {len(__import__('os').sched_getaffinity(0))} CPUs; {time.strftime('%Y-%m-%d')}")
+    print(f"{cpu_model()}, {len(os.sched_getaffinity(0))} CPUs; {time.strftime('%Y-%m-%d')}")
     print(f"{'kernel':34s} {'capsule':>8s} {'ref':>8s} {'unit':7s} {'ratio':>6s} [IQR of pair ratios]")
     for line in lines:
         print(line)
