@@ -5,6 +5,7 @@ called with numpy arrays copied in and out of wasm memory."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import sys
 import time
@@ -97,10 +98,15 @@ def advise_huge_pages(memory: wasmtime.Memory, store: wasmtime.Store) -> bool:
     base = ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value
     if not base:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.restype = ctypes.c_int
-    return int(libc.madvise(base, WASM32_RESERVATION_BYTES, _MADV_HUGEPAGE)) == 0
+    return int(_madvise()(base, WASM32_RESERVATION_BYTES, _MADV_HUGEPAGE)) == 0
+
+
+@functools.cache
+def _madvise() -> Any:
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
 
 
 def load_module(engine: wasmtime.Engine, path: Path) -> wasmtime.Module:

@@ -43,11 +43,16 @@ def in_gvisor() -> bool:
     return "gvisor" in _read("/proc/version").lower() or "gVisor" in _read("/proc/self/mountinfo")
 
 
+def thp_mode() -> str:
+    """The kernel's transparent-huge-page mode (always, madvise, never), or "" where there is none."""
+    text = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    return text[text.find("[") + 1:text.find("]")] if "[" in text and "]" in text else ""
+
+
 def huge_pages_note() -> str:
     """How the capsule's wasm memory is paged here, for the memory-bandwidth evidence: hosts advise it for
     transparent huge pages (common/reactor.py); the kernel's THP mode decides whether that is honoured."""
-    text = _read("/sys/kernel/mm/transparent_hugepage/enabled")
-    mode = text[text.find("[") + 1:text.find("]")] if "[" in text and "]" in text else ""
+    mode = thp_mode()
     if not mode:
         return "4 KiB pages (no transparent huge pages on this system)"
     if mode == "never":

@@ -6,19 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.reactor import Reactor
-from host_runner.facts import huge_pages_note
+from host_runner.facts import huge_pages_note, thp_mode
 from tests.conftest import Artifacts
 
 
 def anon_huge_kib() -> int:
     return sum(int(line.split()[1]) for line in Path("/proc/self/smaps").read_text().splitlines()
                if line.startswith("AnonHugePages:"))
-
-
-def thp_mode() -> str:
-    path = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    text = path.read_text() if path.exists() else ""
-    return text[text.find("[") + 1:text.find("]")] if "[" in text else ""
 
 
 def test_the_stream_arrays_sit_on_huge_pages_where_the_kernel_offers_them(artifacts: Artifacts) -> None:

@@ -92,6 +92,9 @@ def test_a_store_written_before_summaries_loads_and_counts(tmp_path: Path) -> No
     try:
         status, node, _ = restarted.get(f"/v1/nodes/{key.node_id}")
         assert status == 200 and node["profile"]["cpu"]["gflops_fp32"] == 40.0, node
+        with sqlite3.connect(db) as conn:  # the old row's summary was written back: the next start reads it
+            summary = conn.execute("SELECT summary FROM profiles WHERE node_id=?", (key.node_id,)).fetchone()[0]
+        assert summary is not None and json.loads(summary)["gflops_fp32"] == 40.0
         # the atlas holds the old row's node: a newer profile replaces it, and counts
         _, beacon, _ = restarted.get("/beacon")
         _, newer = sample_profile(key, beacon=beacon, measured_at=profile["measured_at"] + 1, gflops=50.0)

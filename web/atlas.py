@@ -20,34 +20,6 @@ class NodeEntry:
     rtt_ms: float | None = None
     verified: Contribution = Contribution()  # what the verified scoreboard counts (web/trust.py)
 
-    @property
-    def measured_at(self) -> int:
-        return self.profile.measured_at
-
-    @property
-    def sig(self) -> str:
-        return self.profile.sig
-
-    @property
-    def contribution(self) -> Contribution:
-        return self.profile.contribution
-
-    @property
-    def claimed_gflops(self) -> float | None:
-        return self.profile.claimed_gflops
-
-    @property
-    def claimed_tps(self) -> float | None:
-        return self.profile.claimed_tps
-
-    @property
-    def instances(self) -> int:
-        return self.profile.instances
-
-    @property
-    def sgemm_n(self) -> int | None:
-        return self.profile.sgemm_n
-
 
 class Atlas:
     def __init__(self, config: RelayConfig, relay_id: str) -> None:
@@ -66,10 +38,10 @@ class Atlas:
 
     def _go_live(self, node_id: str) -> None:
         entry = self.nodes[node_id]
-        self.global_stats.set_live(node_id, entry.contribution)
+        self.global_stats.set_live(node_id, entry.profile.contribution)
         self._set_verified_live(node_id, entry)
         if entry.origin == self.relay_id:
-            self.local_stats.set_live(node_id, entry.contribution)
+            self.local_stats.set_live(node_id, entry.profile.contribution)
         else:
             self.local_stats.set_offline(node_id)
         self.live.add(node_id)

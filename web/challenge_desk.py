@@ -83,8 +83,8 @@ class ChallengeDesk:
 
     def trust_json(self, node_id: str, now: float) -> dict[str, Any]:
         entry = self.relay.atlas.nodes.get(node_id)
-        claimed = entry.claimed_gflops if entry else None
-        tps = entry.claimed_tps if entry else None
+        claimed = entry.profile.claimed_gflops if entry else None
+        tps = entry.profile.claimed_tps if entry else None
         return self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps)
 
     def status(self, node_id: str, now: float) -> str:
@@ -92,7 +92,7 @@ class ChallengeDesk:
         trust = self.trust.get(node_id)
         if entry is None or trust is None:
             return "unverified"
-        return trust.judge(entry.claimed_gflops, now, self.config, entry.claimed_tps)[0]
+        return trust.judge(entry.profile.claimed_gflops, now, self.config, entry.profile.claimed_tps)[0]
 
     def refresh(self, node_id: str, now: float) -> None:
         """Recomputes what the node adds to the verified scoreboard (after a result or a new profile)."""
@@ -107,9 +107,9 @@ class ChallengeDesk:
         if trust is None or status != "verified":
             self.relay.atlas.set_verified(node_id, Contribution())
             return
-        counted = trust.counted_gflops(entry.claimed_gflops, self.config)
-        tps = trust.counted_tps(entry.claimed_tps, self.config)
-        self.relay.atlas.set_verified(node_id, Contribution(cores=entry.contribution.cores,
+        counted = trust.counted_gflops(entry.profile.claimed_gflops, self.config)
+        tps = trust.counted_tps(entry.profile.claimed_tps, self.config)
+        self.relay.atlas.set_verified(node_id, Contribution(cores=entry.profile.contribution.cores,
                                                             cpu_mgflops=round(counted * MILLI),
                                                             mtokens_per_sec=round(tps * MILLI)))
 
@@ -173,13 +173,14 @@ class ChallengeDesk:
         llm_round = self.rounds[host] % self.config.challenge_llm_every == 0 and self.config.reactor_wasm.exists()
         for who in group:
             entry = self.relay.atlas.nodes.get(who.node_id or "")
-            if entry is None or entry.claimed_gflops is None:
+            claim = entry.profile if entry else None
+            if claim is None or claim.claimed_gflops is None:
                 continue
-            if llm_round and "llm" in who.answers and entry.claimed_tps:
-                ch = new_llm_challenge(who.node_id or "", entry.claimed_tps, beacon, secrets.token_hex(16),
+            if llm_round and "llm" in who.answers and claim.claimed_tps:
+                ch = new_llm_challenge(who.node_id or "", claim.claimed_tps, beacon, secrets.token_hex(16),
                                        who.rtt_ms, time.perf_counter(), self.config)
             else:
-                ch = new_challenge(who.node_id or "", entry.claimed_gflops, entry.instances, entry.sgemm_n, beacon,
+                ch = new_challenge(who.node_id or "", claim.claimed_gflops, claim.instances, claim.sgemm_n, beacon,
                                    secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
             ch.issued_at = now_wall
             who.challenge = ch

@@ -161,7 +161,7 @@ class Cluster:
             return 0
         summary = verified.summary
         stored = self.relay.atlas.nodes.get(summary.node_id)
-        if stored is not None and stored.measured_at >= summary.measured_at:
+        if stored is not None and stored.profile.measured_at >= summary.measured_at:
             metrics["not_newer"] += 1
             return 0
         await self.relay.store.write(Store.put_profile_op(summary.node_id, summary.measured_at, origin, body, True,

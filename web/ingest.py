@@ -109,12 +109,12 @@ class Ingest:
                           f"(allowed skew {self.config.clock_skew_s:.0f} s)", "$.measured_at")
         stored = self.atlas.nodes.get(profile["node_id"])
         if stored is not None:
-            if measured_at == stored.measured_at and profile["sig"] == stored.sig:
+            if measured_at == stored.profile.measured_at and profile["sig"] == stored.profile.sig:
                 raise Problem(409, "replayed_profile", "this exact profile is already stored",
                               f"measured_at {measured_at}", "$.measured_at")
-            if measured_at <= stored.measured_at:
+            if measured_at <= stored.profile.measured_at:
                 raise Problem(409, "stale_profile", "a newer profile of this node is stored",
-                              f"measured_at {measured_at} is not after the stored {stored.measured_at}",
+                              f"measured_at {measured_at} is not after the stored {stored.profile.measured_at}",
                               "$.measured_at")
         wait = self.node_limits.take(profile["node_id"], now)
         if wait > 0:

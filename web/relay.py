@@ -58,11 +58,20 @@ class Relay:
     async def start(self) -> None:
         now = time.time()
         loaded = 0
-        for _node_id, _measured_at, origin, body, _synced, summary in self.store.all_profiles():
-            # stored summaries are this relay's own writing; rows of older relays are parsed once more
-            self.atlas.put(ProfileSummary.from_json(json.loads(summary)) if summary is not None
-                           else ProfileSummary.of_profile(json.loads(body)), origin, now, live=False)
+        backfill = []
+        for _node_id, measured_at, origin, body, _synced, stored in self.store.all_profiles():
+            # stored summaries are this relay's own writing; a row of an older relay is parsed once and its
+            # summary written back, so the next start reads it
+            if stored is not None:
+                summary = ProfileSummary.from_json(json.loads(stored))
+            else:
+                summary = ProfileSummary.of_profile(json.loads(body))
+                backfill.append(Store.set_summary_op(summary.node_id, measured_at,
+                                                     json.dumps(summary.to_json()).encode()))
+            self.atlas.put(summary, origin, now, live=False)
             loaded += 1
+        if backfill:
+            await self.store.write(Store.all_of(*backfill))
         for body in self.store.beacons():
             self.beacons.add(json.loads(body))
         self.links.load([json.loads(body) for body in self.store.all_links()])

@@ -148,6 +148,14 @@ class Store:
         return op
 
     @staticmethod
+    def set_summary_op(node_id: str, measured_at: int, summary: bytes) -> Op:
+        """Writes the summary of a stored profile that has none (a row of an older relay)."""
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE profiles SET summary=? WHERE node_id=? AND measured_at=?",
+                         (summary, node_id, measured_at))
+        return op
+
+    @staticmethod
     def mark_synced_op(node_id: str, measured_at: int) -> Op:
         def op(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE profiles SET synced=1 WHERE node_id=? AND measured_at=?", (node_id, measured_at))
