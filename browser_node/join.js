@@ -238,7 +238,10 @@ function init() {
   const waiting = pendingProfile();
   if (waiting) postProfile(waiting).then((r) => setStatus(r.ok ? "a profile kept from an earlier visit was delivered" : r.message, r.ok ? "ok" : "warn"));
   $("join").addEventListener("click", join);
-  setStatus(`Ready. Pressing Join runs about 20 s of benchmarks on ${navigator.hardwareConcurrency || 1} cores` +
+  // The button is disabled in the HTML until this line: a press before the handler exists would be lost.
+  $("join").disabled = false;
+  // No core count here: the platform's (navigator.hardwareConcurrency) is a claim; the run measures how many.
+  setStatus("Ready. Pressing Join runs about 20 s of benchmarks on every core this page can use (how many is measured)" +
     `${navigator.gpu ? " and the GPU" : " (no WebGPU here)"}.`);
 }
 

@@ -50,6 +50,29 @@ def join(page: Page, relay: RelayProcess) -> dict[str, Any]:
     return profile
 
 
+def test_join_waits_for_the_page_and_names_no_platform_core_count(browser: Browser, relay: RelayProcess) -> None:
+    """Join is disabled until join.js has wired it (an early tap on a slow phone was lost, and the status then
+    said "Ready" for ever); the ready text repeats no platform core count (hardwareConcurrency is a claim)."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.route("**/join.js", lambda route: route.abort())  # the script never arrives: the page as first painted
+        page.goto(relay.url + "/")
+        assert page.locator("#join").is_disabled()
+        page.locator("#join").click(force=True)  # the early tap does nothing, and the page does not claim readiness
+        assert page.locator("#status").inner_text() == "Loading…"
+        page.unroute("**/join.js")
+        cdp = context.new_cdp_session(page)
+        cdp.send("Emulation.setHardwareConcurrencyOverride", {"hardwareConcurrency": 37})
+        page.goto(relay.url + "/")
+        page.wait_for_function("() => !document.getElementById('join').disabled", timeout=60_000)
+        assert page.evaluate("() => navigator.hardwareConcurrency") == 37  # the override took
+        ready = page.locator("#status").inner_text()
+        assert ready.startswith("Ready") and "37" not in ready, ready
+    finally:
+        context.close()
+
+
 def test_join_flow_with_webgpu(page: Page, relay: RelayProcess) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     profile = join(page, relay)

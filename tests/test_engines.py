@@ -80,6 +80,13 @@ def test_join_in_webkitgtk(relay: RelayProcess, display: str) -> None:
     try:
         started = time.monotonic()
         driver.get(relay.url + "/")
+        # Join is disabled until join.js has wired it (a press before that would be lost); wait as a person does
+        deadline = time.monotonic() + 60
+        while not driver.find_element("id", "join").is_enabled():
+            assert time.monotonic() < deadline, "the Join button never became enabled"
+            time.sleep(0.2)
+        ready = driver.find_element("id", "status").text
+        assert ready.startswith("Ready") and "cores" not in ready, ready  # WebKit says 4 cores on 2: not repeated
         driver.find_element("id", "join").click()
         deadline = time.monotonic() + 120
         while True:
