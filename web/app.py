@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -150,6 +151,27 @@ async def stats_history(request: Request) -> Response:
                          "note": "in memory: the series restarts with the relay", "points": list(relay.stats_history)})
 
 
+async def roll_calls(request: Request) -> Response:
+    """Roll calls, latest first, paged by time: ?limit=N (1-1000) &before=UNIX (the `at` of the last seen)."""
+    relay = relay_of(request)
+    try:
+        limit = int(request.query_params.get("limit", 20))
+        before_text = request.query_params.get("before")
+        before = float(before_text) if before_text is not None else None
+    except ValueError:
+        raise Problem(400, "invalid_parameter", "limit is an integer and before a unix time",
+                      str(dict(request.query_params))[:200]) from None
+    if not 1 <= limit <= 1000 or (before is not None and not math.isfinite(before)):
+        raise Problem(400, "invalid_parameter", "limit must be in [1, 1000] and before finite", str(limit), "limit")
+    config = relay.config
+    calls = relay.challenges.roll.page(limit, before)
+    return JSONResponse({"roll_calls": calls, "next_before": calls[-1]["at"] if len(calls) == limit else None,
+                         "interval_s": config.roll_call_interval_s,
+                         "method": "each beacon round starts a roll call with probability beacon_interval_s / "
+                                   "interval_s; every live session that answers challenges is challenged at once "
+                                   "(SGEMM, then the reference model); proven totals are capped at claims"})
+
+
 async def post_link(request: Request) -> Response:
     relay = relay_of(request)
     relay.check_ip(client_ip(request))
@@ -247,7 +269,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/v1/links", post_link, methods=["POST"]), Route("/netgraph", netgraph),
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
-        Route("/stats/history", stats_history),
+        Route("/stats/history", stats_history), Route("/v1/roll-calls", roll_calls),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),
         WebSocketRoute("/v1/live", live)]

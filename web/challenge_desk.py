@@ -1,8 +1,11 @@
-"""The relay's side of challenges, over the pure parts (web/challenges.py, web/trust.py): which sessions
-are challenged when, the answers of WS /v1/live, trust state, and the history they leave in the store.
+"""The relay's side of challenges, over the pure parts (web/challenges.py, web/trust.py, web/rollcall.py):
+which sessions are challenged when, the answers of WS /v1/live, trust state, roll calls, and the history
+they leave in the store.
 
-Sessions that share a host (the same source address) are challenged at the same moment, so identities on
-one machine share what that machine can do instead of each showing the whole of it.
+Two kinds of moments. Solo challenges verify a newcomer (the first ~5 s after its hello, then every ~60 s
+until verified; sessions of one source address at the same moment); they show on the node's page and add
+nothing to /stats. Roll calls challenge every live session at once (web/rollcall.py); the verified
+scoreboard is what the latest one proved.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from common.reactor import CapsuleError, Reactor
 from web.challenges import (
     Challenge,
     check_opened,
+    implausible,
     new_challenge,
     new_llm_challenge,
     next_gap_s,
@@ -30,7 +34,9 @@ from web.challenges import (
     parse_opening,
 )
 from web.live import LiveError
-from web.stats import MILLI, Contribution
+from web.roll_caller import STORE_KEY, RollCaller
+from web.rollcall import Proof, counted
+from web.stats import Contribution
 from web.store import Store
 from web.trust import Trust
 
@@ -69,15 +75,20 @@ class ChallengeDesk:
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
+        self.secret = secrets.token_bytes(32)  # solo challenge moments: unpredictable from public data
+        self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
+        self.roll = RollCaller(self)
 
     # --- state ----------------------------------------------------------------------------------
 
     def load(self, results: list[tuple[str, float, dict[str, Any]]]) -> None:
         """Replays stored results (oldest first) into the trust state at start."""
         for node_id, at, result in results:
+            if node_id == STORE_KEY:
+                continue
             self.trust.setdefault(node_id, Trust(decayed_at=at)).record(
                 bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config,
-                result.get("observed_tokens_per_sec"))
+                result.get("observed_tokens_per_sec"), bool(result.get("tokens_checked")))
         for node_id in self.trust:
             self.refresh(node_id, time.time())
 
@@ -85,7 +96,18 @@ class ChallengeDesk:
         entry = self.relay.atlas.nodes.get(node_id)
         claimed = entry.profile.claimed_gflops if entry else None
         tps = entry.profile.claimed_tps if entry else None
-        return self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps)
+        body = self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps)
+        proof = self.proofs.get(node_id)
+        verified = entry.verified if entry is not None else Contribution()
+        body["counted"] = {"cpu_gflops": verified.cpu_mgflops / 1000, "cpu_cores": verified.cores,
+                           "tokens_per_sec": verified.mtokens_per_sec / 1000, "gpus": 0, "gpu_tflops": 0.0,
+                           "roll_call": proof.roll_call if proof else None,
+                           "method": "what the latest roll call proved (every live session challenged at one "
+                                     "moment), capped at the claim; nothing while not answering"}
+        body["proven"] = None if proof is None else {
+            "roll_call": proof.roll_call, "gflops_fp32": round(proof.gflops, 3), "instances": proof.instances,
+            "tokens_per_sec": round(proof.tps, 3)}
+        return body
 
     def status(self, node_id: str, now: float) -> str:
         entry = self.relay.atlas.nodes.get(node_id)
@@ -104,14 +126,23 @@ class ChallengeDesk:
         if self._statuses.get(node_id) != status:  # /atlas shows each node's status: its ETag must change
             self._statuses[node_id] = status
             self.relay.atlas.version += 1
-        if trust is None or status != "verified":
+        proof = self.proofs.get(node_id)
+        if trust is None or proof is None or status == "flagged":
             self.relay.atlas.set_verified(node_id, Contribution())
             return
-        counted = trust.counted_gflops(entry.profile.claimed_gflops, self.config)
-        tps = trust.counted_tps(entry.profile.claimed_tps, self.config)
-        self.relay.atlas.set_verified(node_id, Contribution(cores=entry.profile.contribution.cores,
-                                                            cpu_mgflops=round(counted * MILLI),
-                                                            mtokens_per_sec=round(tps * MILLI)))
+        profile = entry.profile
+        self.relay.atlas.set_verified(node_id, counted(proof, profile.claimed_gflops, profile.contribution.cores,
+                                                       profile.claimed_tps, self.config))
+
+    def _drop_proof(self, node_id: str | None, now: float, what: str = "all") -> None:
+        """The node stops counting (all of it, or only tokens/s) until the next roll call proves it again."""
+        if node_id is None or node_id not in self.proofs:
+            return
+        if what == "tps":
+            self.proofs[node_id].tps = 0.0
+        else:
+            del self.proofs[node_id]
+        self.refresh(node_id, now)
 
     # --- sessions ---------------------------------------------------------------------------------
 
@@ -121,6 +152,11 @@ class ChallengeDesk:
             who = Challengee(session_id, host, send)
             self._per_host[host] += 1
         who.active = "sgemm" in answers
+        # opting out (a hidden tab), or dropping the reference model, stops what depended on it at once
+        if not who.active:
+            self._drop_proof(who.node_id, time.time())
+        elif "llm" in who.answers and "llm" not in answers:
+            self._drop_proof(who.node_id, time.time(), "tps")
         who.answers = answers
         self.sessions[session_id] = who
         self.next_at.setdefault(host, time.time() + self.config.challenge_first_after_s)
@@ -136,6 +172,8 @@ class ChallengeDesk:
                 self._finish(who, False, "late", "the session closed before the answer", notify=False))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+        if not any(w.node_id == who.node_id and w.active for w in self.sessions.values()):
+            self._drop_proof(who.node_id, time.time())  # counted only while live and answering
         self._per_host[who.host] -= 1
         if self._per_host[who.host] <= 0:  # a host's schedule ends with its last session
             for table in (self._per_host, self.next_at, self.rounds):
@@ -156,7 +194,8 @@ class ChallengeDesk:
                 await self._finish(who, False, "late", f"no opening within {config.challenge_open_timeout_s:g} s")
         by_host: dict[str, list[Challengee]] = defaultdict(list)
         for who in self.sessions.values():
-            if who.node_id is not None and who.active:
+            # solo challenges verify newcomers; once verified, roll calls keep a node's trust fresh
+            if who.node_id is not None and who.active and self.status(who.node_id, now_wall) != "verified":
                 by_host[who.host].append(who)
         for host, group in by_host.items():
             if self.next_at.get(host, now_wall) <= now_wall and all(w.challenge is None for w in group):
@@ -168,7 +207,8 @@ class ChallengeDesk:
             return
         verified = all(self.status(w.node_id, now_wall) == "verified" for w in group if w.node_id)
         first = min(w.node_id for w in group if w.node_id)
-        self.next_at[host] = now_wall + next_gap_s(beacon["value"], first, self.rounds[host], verified, self.config)
+        self.next_at[host] = now_wall + next_gap_s(self.secret, beacon["value"], first, self.rounds[host], verified,
+                                                   self.config)
         self.rounds[host] += 1
         llm_round = self.rounds[host] % self.config.challenge_llm_every == 0 and self.config.reactor_wasm.exists()
         for who in group:
@@ -203,7 +243,11 @@ class ChallengeDesk:
             if opening is not None:
                 await who.send(opening)
                 return
-            if self.rng.random() >= self.config.challenge_llm_check_fraction:
+            trust = self.trust.get(ch.node_id)
+            fraction = (self.config.roll_call_llm_check_fraction if ch.roll_call
+                        else self.config.challenge_llm_check_fraction)
+            # never counted before one hash was recomputed equal; a sampled share after that
+            if trust is not None and trust.tokens_checked > 0 and self.rng.random() >= fraction:
                 await self._finish(who, True, "passed", "token hash not recomputed this time (sampled)")
                 return
             ch.checking = True
@@ -217,7 +261,7 @@ class ChallengeDesk:
             log.error("llm check failed", extra={"error": str(exc)})
             await self._finish(who, True, "passed", "the relay could not recompute the token hash")
             return
-        await self._finish(who, True, "passed", "token hash recomputed and equal")
+        await self._finish(who, True, "passed", "token hash recomputed and equal", tokens_checked=True)
 
     def _llm_hash(self, seed: int, decode: int) -> str:
         """The reference model's token hash for a challenge, by the capsule's own reactor (a worker thread)."""
@@ -255,19 +299,25 @@ class ChallengeDesk:
             await self._store(who.node_id, now, {"passed": False, "code": exc.code, "detail": exc.detail})
         raise LiveError(exc.code, exc.detail)
 
-    async def _finish(self, who: Challengee, passed: bool, code: str, detail: str, notify: bool = True) -> None:
+    async def _finish(self, who: Challengee, passed: bool, code: str, detail: str, notify: bool = True,
+                      tokens_checked: bool = False) -> None:
         ch = who.challenge
         if ch is None:
             return
         who.challenge = None
         who.done_ids = {*list(who.done_ids)[-15:], ch.id}
         now = time.time()
+        beyond = implausible(ch) if passed else None
+        if beyond is not None:  # right rows in less time than physics allows: not computed as answered
+            passed, code, detail = False, "implausible_observation", beyond
         observed = ch.observed_gflops if passed else None
         observed_tps = ch.observed_tps if passed else None
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
-        trust.record(passed, code, observed, now, self.config, observed_tps)
+        trust.record(passed, code, observed, now, self.config, observed_tps, tokens_checked)
+        if ch.roll_call is not None:
+            self.roll.on_result(ch, passed, code, trust.tokens_checked > 0)
         self.refresh(ch.node_id, now)
-        result = {**ch.record(), "passed": passed, "code": code, "detail": detail}
+        result = {**ch.record(), "passed": passed, "code": code, "detail": detail, "tokens_checked": tokens_checked}
         if not passed:
             result["observed_gflops"] = result["observed_tokens_per_sec"] = None
         log.info("challenge", extra={"node_id": ch.node_id, "kind": ch.kind, "passed": passed, "code": code,

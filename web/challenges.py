@@ -18,19 +18,24 @@ sampled fraction (wrong_tokens when it differs).
 
 Each instance computes `reps` products of the claim's own order n (capsule/challenge.py); the relay times the
 commitment on its own clock: observed GFLOP/s = instances x reps x 2 n^3 / (commitment received - challenge
-sent - session RTT). Every failure has a stable code (late, malformed_commit, wrong_proof,
-wrong_rows, malformed_opening, unknown_challenge, replayed) and counts against the node (web/trust.py).
+sent - the session's median RTT, capped at challenge_rtt_share_max of that time: net_time_s). An observed
+figure beyond the physical bounds of capsule/plausibility.py for the instances asked is a failed answer
+(implausible_observation). Every failure has a stable code (late, malformed_commit, wrong_proof, wrong_rows,
+malformed_opening, unknown_challenge, replayed, implausible_observation) and counts against the node
+(web/trust.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from capsule import plausibility
 from capsule.challenge import (
     LLM_PROMPT,
     ChallengeError,
@@ -64,7 +69,9 @@ class Challenge:
     token_hash: str | None = None      # llm: the committed token_ids_sha256
     checking: bool = False             # the answer arrived in time and is being recomputed (not late)
     roots: list[bytes] | None = None
-    commit_s: float | None = None      # commitment received - sent - RTT
+    commit_s: float | None = None      # commitment received - sent - the RTT allowance (net_time_s)
+    roll_call: str | None = None       # the roll call it belongs to (None: a solo challenge)
+    instances_proven: int = 0          # len(seeds) once the answer passed
     rows: list[tuple[int, int]] = field(default_factory=list)
     open_sent_at: float | None = None
 
@@ -98,7 +105,7 @@ class Challenge:
                     "claimed_tokens_per_sec": self.claimed_tps, "rtt_ms": round(self.rtt_ms, 3),
                     "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                     "observed_tokens_per_sec": round(self.observed_tps, 3) if self.observed_tps else None,
-                    "token_ids_sha256": self.token_hash}
+                    "token_ids_sha256": self.token_hash, "roll_call": self.roll_call}
         return {"id": self.id, "kind": "sgemm", "issued_at": self.issued_at, "n": self.n, "reps": self.reps,
                 "instances": len(self.seeds),
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
@@ -107,29 +114,58 @@ class Challenge:
                 "claimed_gflops": self.claimed_gflops, "rtt_ms": round(self.rtt_ms, 3),
                 "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                 "observed_gflops": round(self.observed_gflops, 3) if self.observed_gflops else None,
-                "rows": [list(r) for r in self.rows]}
+                "rows": [list(r) for r in self.rows], "roll_call": self.roll_call}
+
+
+def net_time_s(elapsed_s: float, rtt_ms: float | None, config: RelayConfig) -> float:
+    """The time a challenge's work took on the relay's clock: elapsed minus the network's share, which is the
+    session's median RTT but never more than `challenge_rtt_share_max` of elapsed (so delaying pongs buys
+    at most 1 / (1 - share)), and never below zero."""
+    allowance = min(max(rtt_ms or 0.0, 0.0) / 1000, config.challenge_rtt_share_max * elapsed_s)
+    return max(elapsed_s - allowance, 1e-6)
+
+
+def implausible(ch: Challenge) -> str | None:
+    """Why an observed figure is beyond physics for what was asked (capsule/plausibility.py's bounds for the
+    instance count challenged), or None. Such an answer was not computed in the time it claims."""
+    gflops, tps = ch.observed_gflops, ch.observed_tps
+    bound = len(ch.seeds) * plausibility.CORE_GFLOPS_MAX
+    if gflops is not None and gflops > bound:
+        return (f"observed {gflops:.1f} GFLOP/s over {len(ch.seeds)} instance(s); no hardware exceeds {bound:g} "
+                f"({plausibility.CORE_GFLOPS_MAX:g} per core)")
+    if tps is not None and tps > plausibility.TOKENS_PER_SEC_MAX:
+        return (f"observed {tps:.1f} tokens/s; no core exceeds {plausibility.TOKENS_PER_SEC_MAX:.0f} on the "
+                "reference model")
+    return None
 
 
 def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: object, beacon: dict[str, Any],
-                  nonce: str, rtt_ms: float | None, now: float, config: RelayConfig) -> Challenge:
+                  nonce: str, rtt_ms: float | None, now: float, config: RelayConfig,
+                  target_s: float | None = None) -> Challenge:
     k = max(1, min(instances, config.challenge_max_instances))
     n = order_of(sgemm_n)
-    reps = reps_for(claimed_gflops, k, n, config.challenge_target_s)
+    # never less than the core floor's work per instance: a tiny claim must not make cores free to show
+    per_instance = max(claimed_gflops / k, config.core_floor_gflops)
+    reps = reps_for(per_instance * k, k, n, target_s if target_s is not None else config.challenge_target_s)
     seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
     return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0)
 
 
 def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], nonce: str, rtt_ms: float | None,
-                      now: float, config: RelayConfig) -> Challenge:
+                      now: float, config: RelayConfig, target_s: float | None = None) -> Challenge:
+    target = target_s if target_s is not None else config.challenge_target_s
     return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, 0)], beacon["round"], nonce,
-                     0.0, now, rtt_ms or 0.0, kind="llm", decode=decode_for(claimed_tps, config.challenge_target_s),
+                     0.0, now, rtt_ms or 0.0, kind="llm", decode=decode_for(claimed_tps, target),
                      claimed_tps=claimed_tps)
 
 
-def next_gap_s(beacon_value: str, node_id: str, count: int, verified: bool, config: RelayConfig) -> float:
-    """Seconds until a node's next challenge: the mean for its state x (1 +- spread), drawn from the beacon,
-    the node and how many challenges it had, so no node can pick or predict its moment."""
-    digest = hashlib.sha256(f"ce-bench/v1/challenge-at/{beacon_value}/{node_id}/{count}".encode()).digest()
+def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, verified: bool,
+               config: RelayConfig) -> float:
+    """Seconds until a node's next solo challenge: the mean for its state x (1 +- spread), drawn from the
+    relay's secret, the beacon, the node and how many challenges it had. The secret matters: from public
+    data alone (beacon, NodeId, count) a node once predicted its next moment within 0.04-0.94 s."""
+    digest = hmac.new(secret, f"ce-bench/v1/challenge-at/{beacon_value}/{node_id}/{count}".encode(),
+                      hashlib.sha256).digest()
     u = int.from_bytes(digest[:8], "big") / 2**64
     mean = config.challenge_interval_s if verified else config.challenge_interval_unverified_s
     return mean * (1 + config.challenge_spread * (2 * u - 1))
@@ -151,7 +187,7 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
                                                                               for c in token_hash):
             raise ChallengeError("malformed_commit", "expected token_ids_sha256: 64 lowercase hex digits")
         ch.token_hash = token_hash
-        ch.commit_s = max(elapsed - ch.rtt_ms / 1000, 1e-6)
+        ch.commit_s = net_time_s(elapsed, ch.rtt_ms, config)
         return None
     roots = message.get("roots")
     if (not isinstance(roots, list) or len(roots) != len(ch.seeds)
@@ -161,7 +197,7 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
         ch.roots = [bytes.fromhex(r) for r in roots]
     except ValueError:
         raise ChallengeError("malformed_commit", "a root is not hex") from None
-    ch.commit_s = max(elapsed - ch.rtt_ms / 1000, 1e-6)
+    ch.commit_s = net_time_s(elapsed, ch.rtt_ms, config)
     ch.rows = [(i, rng.randrange(ch.n * ch.reps)) for i in range(len(ch.seeds))
                for _ in range(config.challenge_rows_per_instance)]
     ch.open_sent_at = now

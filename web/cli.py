@@ -33,6 +33,13 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                              "of a verified node"),
     "--challenge-llm-check-fraction": ("challenge_llm_check_fraction", click.FloatRange(0, 1), "share of "
                                        "reference-model challenges whose token hash the relay recomputes"),
+    "--roll-call-interval-s": ("roll_call_interval_s", click.FloatRange(0.1), "mean seconds between roll calls "
+                               "(every live session challenged at one moment; the verified scoreboard is the "
+                               "latest)"),
+    "--roll-call-llm-offset-s": ("roll_call_llm_offset_s", click.FloatRange(0.1), "seconds from a roll call's "
+                                 "SGEMM challenges to its reference-model challenges"),
+    "--roll-call-target-s": ("roll_call_target_s", click.FloatRange(0.05), "seconds of work a roll-call "
+                             "challenge asks at the claimed speed"),
     "--stats-history-interval": ("stats_history_interval_s", click.FloatRange(0.1), "seconds between samples "
                                  "of the scoreboard kept for /stats/history"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
@@ -51,6 +58,9 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--nats", metavar="URL", help="NATS JetStream server shared by a relay cluster"),
         *[click.option(name, field, type=kind, default=getattr(DEFAULTS, field), show_default=True, help=text)
           for name, (field, kind, text) in _TUNABLES.items()],
+        click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
+                     help="a reverse proxy whose X-Forwarded-For / X-Forwarded-Proto headers are believed "
+                          "(repeatable); without it, proxy headers are ignored and the peer address counts"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
         click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
@@ -59,9 +69,10 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
     def wrapper(host: str, port: int, data_dir: Path, nats: str | None, log_level: str, tls: bool,
-                **kwargs: Any) -> Any:
+                trusted_proxies: tuple[str, ...], **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
-        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, **tunables)
+        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats,
+                             trusted_proxies=tuple(trusted_proxies), **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 
     command: Callable[..., Any] = wrapper
@@ -96,7 +107,11 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
     except (OSError, sqlite3.Error) as exc:
         raise UserError(f"cannot open the relay's data directory {config.data_dir}: {exc}") from None
     try:
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: three identities behind one local
+        # "proxy" header once became three hosts. Only the operator's named proxies are believed.
         uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
+                    proxy_headers=bool(config.trusted_proxies),
+                    forwarded_allow_ips=list(config.trusted_proxies) if config.trusted_proxies else "",
                     access_log=False, ssl_certfile=str(tls[0]) if tls else None,
                     ssl_keyfile=str(tls[1]) if tls else None)
     except OSError as exc:

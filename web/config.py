@@ -14,6 +14,8 @@ class RelayConfig:
     # NATS server URL for a relay cluster (None: this relay stands alone on its SQLite store).
     nats_url: str | None = None
     nats_bucket: str = "ce-atlas"
+    # Reverse proxies whose X-Forwarded-For is believed (addresses); none by default: the peer address counts.
+    trusted_proxies: tuple[str, ...] = ()
 
     # Processes that verify posted profiles (JSON, schema, signature) beside the event loop; 0 verifies
     # in-process. BENCHMARKS.md ("Relay") has the measured effect on a 2-core machine.
@@ -76,12 +78,38 @@ class RelayConfig:
     # wrong in a fraction w of its entries passes with probability (1 - w)^64 (a garbage row: never).
     challenge_entries_per_row: int = 64
     challenge_max_instances: int = 64              # a claim of more concurrent instances is challenged at 64
+    # What a challenge's time may be reduced by for the network: the session's *median* RTT (pings of the
+    # last few minutes), never more than this share of the measured time. A node that delays its pongs to
+    # inflate its RTT gains at most 1 / (1 - share): 1.11x at 0.1 (the minimum RTT once let a node that held
+    # its pongs 15 s shrink a 5 s answer to the 1 us floor: 68.7 million GFLOP/s observed).
+    challenge_rtt_share_max: float = 0.1
+    # A core counts on the verified scoreboard only where its share of the observed GFLOP/s reaches this:
+    # the slowest SIMD128 core worth scheduling (an old phone core does ~2 GFLOP/s). Cores are an
+    # upper-bound claim nobody can prove below this floor (20 identities once claimed 2^32-1 cores each).
+    core_floor_gflops: float = 1.0
     # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
     # recomputes the token hash (the same reactor wasm under wasmtime-py: as much CPU as the node spent) on
     # this fraction of them; a wrong hash, when checked, flags at once.
     challenge_llm_every: int = 3
     challenge_llm_check_fraction: float = 0.1
     reactor_wasm: Path = Path(__file__).resolve().parents[1] / "build" / "capsule-reactor.wasm"
+
+    # Roll calls (web/rollcall.py): at moments drawn from the beacon, every live session that answers
+    # challenges is challenged at once (SGEMM), and again, all at once, for the reference model
+    # roll_call_llm_offset_s later (after every SGEMM answer is due). The verified scoreboard is what the
+    # latest roll call proved: one machine cannot answer for several identities at the same moment
+    # (Douceur 2002, lemma 4). Each beacon round starts one with probability beacon_interval_s /
+    # roll_call_interval_s, roll_call_delay_s after the round is issued (so nobody knows the moment before
+    # the round exists). The work is sized to the claim for roll_call_target_s: long beside RTTs and the
+    # send spread, 2 s of a phone's time every 10 min on average.
+    roll_call_interval_s: float = 600.0
+    roll_call_delay_s: float = 1.0
+    roll_call_target_s: float = 2.0
+    roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
+    roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
+    # A reference-model answer counts only once its token hash was recomputed equal at least once; after
+    # that the relay recomputes this share of them at roll calls (each costs it what the node spent).
+    roll_call_llm_check_fraction: float = 0.25
 
     # Trust (web/trust.py). Counters halve every trust_half_life_s.
     trust_half_life_s: float = 6 * 3600.0
@@ -92,8 +120,16 @@ class RelayConfig:
     trust_flag_factor: float = 2.0
     # The verified scoreboard counts min(claim, median observed x this): an overstatement below the flag
     # factor still counts only what was seen (plus the challenge's known overhead).
-    trust_cap_factor: float = 1.25
+    # 1.15: a challenge pays ~10% for hashing its output; with the RTT share above, a node that lies about
+    # everything it can still counts at most 1.11 x 1.15 = 1.28x what it did.
+    trust_cap_factor: float = 1.15
     trust_flag_failures: float = 1.0        # decayed failure weight that flags: one wrong answer
+    # A wrong answer flags for this long whatever the decay (a decayed weight of exactly 1.0 once unflagged
+    # a node 0.25 s after its wrong rows).
+    trust_flag_hold_s: float = 24 * 3600.0
+    # verified needs a passed challenge this recent: verification is not permanent (a node that stops
+    # answering becomes unverified again); 3 roll calls at the default interval.
+    trust_fresh_s: float = 1800.0
     trust_soft_failure_weight: float = 0.34  # a late or unknown reply: three within a half-life flag
     trust_failure_penalty: float = 4.0      # score = passes - penalty x failures (both decayed)
     # Observed figures remembered per node: the recent ones only, so a machine's share follows who else on

@@ -45,6 +45,7 @@ class LiveError(Exception):
 
 SAMPLES_PER_LINK = 3  # pongs behind each co-signed LinkSample
 MAX_ERRORS = 5  # bad messages a session may send before the relay closes it (1008): a broken client stops
+RTT_RECENT_KEPT = 15  # pongs behind a challenge's RTT (its median): a few minutes at the heartbeat interval
 PINGS_KEPT = 10  # outstanding pings remembered; an older pong is unknown (its RTT would be stale anyway)
 BW_PROBE_BYTES = 256 * 1024  # a timed transfer: big enough to dwarf the RTT on LANs, small for phones
 
@@ -55,7 +56,8 @@ class Session:
     node_id: str | None = None
     last_seq: int = -1
     rtt_ms: float | None = None
-    rtt_min_ms: float | None = None  # the floor of the session's RTTs: what a challenge's timing subtracts
+    rtt_min_ms: float | None = None  # the floor of the session's RTTs (the link sample's view)
+    rtt_recent: list[float] = field(default_factory=list)  # the last RTT_RECENT_KEPT samples for challenges
     errors: int = 0
     rtt_samples: list[float] = field(default_factory=list)
     pings_sent: int = 0
@@ -110,14 +112,26 @@ class Session:
         self.last_seq = heartbeat["seq"]
         return str(heartbeat["node_id"])
 
-    def pong(self, ping_id: Any, now: float) -> float:
-        """Completes a ping (now in perf_counter seconds); the smoothed RTT in ms."""
+    @property
+    def rtt_median_ms(self) -> float | None:
+        """What a challenge's timing may subtract for the network (web/challenges.py caps it further)."""
+        if not self.rtt_recent:
+            return None
+        ordered = sorted(self.rtt_recent)
+        return ordered[len(ordered) // 2]
+
+    def pong(self, ping_id: Any, now: float, busy: bool = False) -> float:
+        """Completes a ping (now in perf_counter seconds); the smoothed RTT in ms. `busy`: the node was
+        answering a challenge, so the pong waited for its own work and says nothing of the network (it
+        is kept out of the RTT that challenges subtract)."""
         sent = self.pings.pop(ping_id, None) if type(ping_id) is int else None  # True == 1 as a dict key
         if sent is None:
             raise LiveError("unknown_ping", "pong for no outstanding ping")
         rtt_ms = (now - sent) * 1000
         self.pongs += 1
         self.rtt_samples.append(rtt_ms)
+        if not busy:
+            self.rtt_recent = [*self.rtt_recent, rtt_ms][-RTT_RECENT_KEPT:]
         self.rtt_min_ms = rtt_ms if self.rtt_min_ms is None else min(self.rtt_min_ms, rtt_ms)
         self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms
         return self.rtt_ms

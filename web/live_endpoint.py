@@ -51,11 +51,12 @@ async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
 
 async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     relay, session = conn.relay, conn.session
-    rtt = session.pong(message.get("id"), time.perf_counter())
+    busy = conn.challengee is not None and conn.challengee.challenge is not None
+    rtt = session.pong(message.get("id"), time.perf_counter(), busy)
     if session.node_id:
         relay.atlas.heartbeat(session.node_id, time.time(), rtt)
-    if conn.challengee is not None:  # the floor: a pong delayed by the node's own work must not shorten its time
-        conn.challengee.rtt_ms = session.rtt_min_ms
+    if conn.challengee is not None:  # the median: a node cannot buy time with a few delayed pongs
+        conn.challengee.rtt_ms = session.rtt_median_ms
     body = session.link_body(relay.relay_id, time.time())
     if body is not None:
         await conn.ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
@@ -84,7 +85,7 @@ async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     # flight must still be answered
     conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers))
     conn.challengee.node_id = conn.session.node_id
-    conn.challengee.rtt_ms = conn.session.rtt_min_ms
+    conn.challengee.rtt_ms = conn.session.rtt_median_ms
 
 
 def challengee(conn: Connection) -> Challengee:

@@ -24,6 +24,7 @@ from web.links import LinkBook
 from web.metrics import Metrics
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
+from web.roll_caller import STORE_KEY
 from web.store import Store, StoreError
 from web.summary import ProfileSummary
 from web.verify_pool import VerifyPool
@@ -76,6 +77,8 @@ class Relay:
             self.beacons.add(json.loads(body))
         self.links.load([json.loads(body) for body in self.store.all_links()])
         self.challenges.load([(n, at, json.loads(body)) for n, at, body in self.store.all_challenges()])
+        self.challenges.roll.load([json.loads(body) for _, _, body in
+                                   reversed(self.store.history(STORE_KEY, self.config.roll_calls_kept))])
         await self.issue_beacon()
         self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
@@ -112,6 +115,7 @@ class Relay:
         await self.store.write(Store.put_beacon_op(beacon["round"], json.dumps(beacon).encode(),
                                                    self.config.beacon_keep_rounds))
         self.beacons.add(beacon)
+        self.challenges.roll.on_beacon(beacon)
 
     async def sample_stats(self) -> None:
         """One point of the scoreboard over time: the verified and the claimed totals of the whole atlas."""

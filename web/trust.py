@@ -3,23 +3,24 @@
 Counters decay exponentially with a half-life (gossipsub v1.1's P4/P7 counters are the model): recent
 behaviour matters most, and failures weigh more than passes. A node is
 
-- verified   once `trust_min_passes` challenges passed, no recent failure outweighs them, and its claimed
+- verified   once `trust_min_passes` challenges passed, one of them within `trust_fresh_s` (verification
+             lasts only while the node keeps answering), no recent failure outweighs them, and its claimed
              GFLOP/s is within `trust_flag_factor` of the best throughput the relay recently observed;
-- flagged    when its decayed failure weight reaches `trust_flag_failures` (one wrong answer does), or, once
-             `trust_min_passes` challenges passed, its claim exceeds the best observed throughput by more than
+- flagged    for `trust_flag_hold_s` after a wrong answer (whatever the decay), while its decayed failure
+             weight reaches `trust_flag_failures` (late answers pile up), or, once `trust_min_passes`
+             challenges passed, while its claim exceeds the best observed throughput by more than
              `trust_flag_factor`;
-- unverified otherwise (too few challenges yet, or a client that does not answer them).
+- unverified otherwise (too few challenges yet, none recent, or a client that does not answer them).
 
-What a node adds to the verified scoreboard is its claim capped at the *median* of its recent observations x
-`trust_cap_factor`; unverified and flagged nodes add nothing there (web/atlas.py keeps both scoreboards).
-Only the last `trust_observed_kept` observations count: a node that was challenged alone on its machine, and
-now shares it with other identities challenged at the same moment, soon shows only its share.
+The status is what a node's page shows. What it adds to the verified scoreboard is what the latest roll
+call proved (web/rollcall.py), and nothing while flagged.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,8 @@ from web.config import RelayConfig
 
 # Failure weights by code: a wrong answer is evidence of cheating; a late or missing one may be a network
 # hiccup or a busy phone, so several must pile up before they flag a node.
-WRONG_ANSWER_CODES = frozenset({"wrong_proof", "wrong_rows", "wrong_tokens", "malformed_commit", "malformed_opening"})
+WRONG_ANSWER_CODES = frozenset({"wrong_proof", "wrong_rows", "wrong_tokens", "malformed_commit", "malformed_opening",
+                                "implausible_observation"})
 
 
 def failure_weight(code: str, config: RelayConfig) -> float:
@@ -45,6 +47,10 @@ class Trust:
     last_code: str | None = None
     observed_gflops: list[float] = field(default_factory=list)  # the last trust_observed_kept figures
     observed_tps: list[float] = field(default_factory=list)     # the same for reference-model challenges
+    flagged_until: float = 0.0   # unix time a wrong answer's hold ends (trust_flag_hold_s after it)
+    last_pass_at: float | None = None
+    tokens_checked: int = 0      # reference-model answers whose hash the relay recomputed and found equal
+    last_wrong_code: str | None = None
 
     def _decay(self, now: float, half_life_s: float) -> None:
         if now > self.decayed_at:
@@ -54,12 +60,14 @@ class Trust:
             self.decayed_at = now
 
     def record(self, passed: bool, code: str, observed_gflops: float | None, now: float,
-               config: RelayConfig, observed_tps: float | None = None) -> None:
+               config: RelayConfig, observed_tps: float | None = None, tokens_checked: bool = False) -> None:
         self._decay(now, config.trust_half_life_s)
         keep = config.trust_observed_kept
         if passed:
             self.passed += 1.0
             self.passes_total += 1
+            self.last_pass_at = now
+            self.tokens_checked += int(tokens_checked)
             if observed_gflops is not None and math.isfinite(observed_gflops):
                 self.observed_gflops = [*self.observed_gflops, observed_gflops][-keep:]
             if observed_tps is not None and math.isfinite(observed_tps):
@@ -67,6 +75,9 @@ class Trust:
         else:
             self.failed += failure_weight(code, config)
             self.failures_total += 1
+            if code in WRONG_ANSWER_CODES:  # sticks for the hold, whatever the decay does to the weight
+                self.last_wrong_code = code
+                self.flagged_until = max(self.flagged_until, now + config.trust_flag_hold_s)
         self.last_at = now
         self.last_code = code
 
@@ -82,6 +93,9 @@ class Trust:
               claimed_tps: float | None = None) -> tuple[str, str]:
         """(status, reason) against the node's current claims."""
         self._decay(now, config.trust_half_life_s)
+        if now < self.flagged_until:
+            return "flagged", (f"a wrong answer ({self.last_wrong_code}); flagged until "
+                               f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(self.flagged_until))}")
         if self.failed >= config.trust_flag_failures:
             return "flagged", f"failed challenges recently (last: {self.last_code})"
         best = self.best_gflops
@@ -101,25 +115,14 @@ class Trust:
             return "unverified", f"{self.passes_total} of {config.trust_min_passes} challenges passed so far"
         if claimed_gflops is None:
             return "unverified", "the profile claims no GFLOP/s figure to verify"
+        if self.last_pass_at is None or now - self.last_pass_at > config.trust_fresh_s:
+            return "unverified", (f"no challenge passed in the last {config.trust_fresh_s:g} s (verification "
+                                  "lasts only while the node keeps answering)")
         return "verified", f"the claim is within {config.trust_flag_factor:g}x of the throughput the relay observed"
 
     def score(self, now: float, config: RelayConfig) -> float:
         self._decay(now, config.trust_half_life_s)
         return round(self.passed - config.trust_failure_penalty * self.failed, 3)
-
-    def counted_gflops(self, claimed_gflops: float | None, config: RelayConfig) -> float:
-        """What the verified scoreboard counts: the claim, capped at the median observed x trust_cap_factor
-        (the median: one lucky quiet moment must not lift what counts)."""
-        median = self.median_gflops
-        if not claimed_gflops or median is None:
-            return 0.0
-        return min(claimed_gflops, median * config.trust_cap_factor)
-
-    def counted_tps(self, claimed_tps: float | None, config: RelayConfig) -> float:
-        """The same cap for tokens/s; nothing before a reference-model challenge observed any."""
-        if not claimed_tps or not self.observed_tps:
-            return 0.0
-        return min(claimed_tps, statistics.median(self.observed_tps) * config.trust_cap_factor)
 
     def to_json(self, claimed_gflops: float | None, now: float, config: RelayConfig,
                 claimed_tps: float | None = None) -> dict[str, Any]:
@@ -133,15 +136,12 @@ class Trust:
                          "tokens_per_sec": round(max(tps), 3) if tps else None,
                          "tokens_per_sec_median": round(statistics.median(tps), 3) if tps else None,
                          "method": f"best and median of the last {config.trust_observed_kept} challenges: 2 n^3 x "
-                                   "instances flop / (commitment received - challenge sent - session RTT), on the "
+                                   "instances flop / (commitment received - challenge sent - the session's median "
+                                   f"RTT, at most {config.challenge_rtt_share_max:g} of that time), on the "
                                    "relay's clock; tokens/s likewise: (32 prompt + decode) forward passes of "
                                    "the reference model / the same window",
                          "tokens_per_sec_reason": None if tps else
                          "no reference-model challenge answered yet (only clients that offer 'llm' get them)"},
-            "counted": {"cpu_gflops": round(self.counted_gflops(claimed_gflops, config), 3)
-                        if status == "verified" else 0.0,
-                        "tokens_per_sec": round(self.counted_tps(claimed_tps, config), 3)
-                        if status == "verified" else 0.0},
             "challenges": {"passed": self.passes_total, "failed": self.failures_total, "last_at": self.last_at,
                            "last_code": self.last_code},
         }

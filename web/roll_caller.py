@@ -1,0 +1,183 @@
+"""The relay's roll calls (the rules are web/rollcall.py): when a beacon round draws one, every live session
+that answers challenges is sent its SGEMM challenge at the same moment, and later, again all at once, the
+reference-model challenge of every node that claims tokens/s. Answers come back through the challenge desk
+(web/challenge_desk.py), which records what each node proved."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from web.challenges import Challenge, new_challenge, new_llm_challenge
+from web.rollcall import Proof, RollCall, due
+from web.store import Store
+
+if TYPE_CHECKING:
+    from web.challenge_desk import ChallengeDesk, Challengee
+
+log = logging.getLogger("ce.rollcall")
+STORE_KEY = "~roll-calls"  # the history rows that keep roll calls across restarts (not a NodeId)
+
+
+class RollCaller:
+    def __init__(self, desk: ChallengeDesk) -> None:
+        self.desk = desk
+        self.config = desk.config
+        self.calls: list[RollCall] = []          # this run's, latest last
+        self.earlier: list[dict[str, Any]] = []  # earlier runs' (from the store), latest first
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def load(self, stored: list[dict[str, Any]]) -> None:
+        self.earlier = stored
+
+    def on_beacon(self, beacon: dict[str, Any]) -> None:
+        """Schedules the roll call this round draws, if any."""
+        at = due(beacon, self.config)
+        if at is None:
+            return
+        self._spawn(self._after(max(0.0, at - time.time()), self.run(beacon)))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _after(delay_s: float, coro: Any) -> None:
+        await asyncio.sleep(delay_s)
+        await coro
+
+    @property
+    def latest(self) -> RollCall | None:
+        return self.calls[-1] if self.calls else None
+
+    def _targets(self) -> dict[str, Challengee]:
+        """One answering session per node with a claim here (a node with two sessions is asked once)."""
+        out: dict[str, Challengee] = {}
+        nodes = self.desk.relay.atlas.nodes
+        for who in self.desk.sessions.values():
+            entry = nodes.get(who.node_id or "")
+            if (who.node_id is None or not who.active or who.node_id in out or entry is None
+                    or entry.profile.claimed_gflops is None or who.node_id not in self.desk.relay.atlas.live):
+                continue
+            out[who.node_id] = who
+        return out
+
+    async def run(self, beacon: dict[str, Any]) -> RollCall:
+        """The SGEMM phase: every target at once; then the llm phase is scheduled."""
+        desk, now_wall = self.desk, time.time()
+        if self.latest is not None:
+            self._freeze(self.latest)
+        call = RollCall(f"{beacon['round']}-{secrets.token_hex(4)}", int(beacon["round"]), now_wall)
+        self.calls = [*self.calls, call][-self.config.roll_calls_kept:]
+        targets = self._targets()
+        # whoever is not asked now stops counting now: joined since, hidden, opted out, gone
+        for node_id in [n for n in desk.proofs if n not in targets]:
+            desk._drop_proof(node_id, now_wall)
+        planned: list[tuple[Challengee, Challenge]] = []
+        for node_id, who in targets.items():
+            if who.challenge is not None:  # a solo challenge in flight: asked at the next roll call
+                call.failed[node_id] = "busy"
+                continue
+            claim = desk.relay.atlas.nodes[node_id].profile
+            ch = new_challenge(node_id, claim.claimed_gflops or 0.0, claim.instances, claim.sgemm_n, beacon,
+                               secrets.token_hex(16), who.rtt_ms, 0.0, self.config, self.config.roll_call_target_s)
+            ch.roll_call, ch.issued_at = call.id, now_wall
+            planned.append((who, ch))
+        call.challenged = {ch.node_id for _, ch in planned}
+        call.send_spread_ms = await self._send_all(planned)
+        log.info("roll call", extra={"roll_call": call.id, "challenged": len(planned),
+                                     "send_spread_ms": call.send_spread_ms})
+        self._spawn(self._after(self.config.roll_call_llm_offset_s, self.run_llm(call, beacon)))
+        return call
+
+    async def run_llm(self, call: RollCall, beacon: dict[str, Any]) -> None:
+        """The reference-model phase: every node that passed the SGEMM phase and claims tokens/s, at once."""
+        desk = self.desk
+        if self.latest is not call:
+            return  # a newer roll call began; it has its own llm phase
+        planned: list[tuple[Challengee, Challenge]] = []
+        for node_id, who in self._targets().items():
+            claim = desk.relay.atlas.nodes[node_id].profile
+            if not claim.claimed_tps:
+                continue
+            if node_id not in call.answered or "llm" not in who.answers or who.challenge is not None:
+                desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
+                continue
+            ch = new_llm_challenge(node_id, claim.claimed_tps, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
+                                   self.config, self.config.roll_call_target_s)
+            ch.roll_call, ch.issued_at = call.id, time.time()
+            planned.append((who, ch))
+        call.llm_at = time.time()
+        call.llm_challenged = {ch.node_id for _, ch in planned}
+        call.llm_send_spread_ms = await self._send_all(planned)
+
+    async def _send_all(self, planned: list[tuple[Challengee, Challenge]]) -> float | None:
+        """Sends every planned challenge back to back (all built beforehand, so the sends are all that
+        separates the first from the last); the spread in ms on the relay's clock."""
+        if not planned:
+            return None
+        first = time.perf_counter()
+        for who, ch in planned:
+            ch.sent_at = time.perf_counter()  # each answer is timed from its own send
+            who.challenge = ch
+            await who.send(ch.message(self.config))
+        return (time.perf_counter() - first) * 1000
+
+    def on_result(self, ch: Challenge, passed: bool, code: str, observed_tps_counts: bool) -> None:
+        """Records a roll-call answer as the node's proof (the desk has recorded its trust already)."""
+        call = next((c for c in reversed(self.calls) if c.id == ch.roll_call), None)
+        if call is None:
+            return
+        desk, node_id = self.desk, ch.node_id
+        if ch.kind == "sgemm":
+            if passed and ch.observed_gflops is not None:
+                call.answered.add(node_id)
+                previous = desk.proofs.get(node_id)
+                # tokens/s proven at the previous roll call stand until this one's llm phase
+                desk.proofs[node_id] = Proof(call.id, ch.observed_gflops, len(ch.seeds),
+                                             previous.tps if previous is not None else 0.0)
+            else:
+                call.failed[node_id] = code
+                desk.proofs.pop(node_id, None)
+        else:
+            proof = desk.proofs.get(node_id)
+            if passed and observed_tps_counts and ch.observed_tps is not None:
+                call.llm_answered.add(node_id)
+                if proof is not None:
+                    proof.tps = ch.observed_tps
+            elif proof is not None:
+                proof.tps = 0.0
+        desk.refresh(node_id, time.time())
+
+    def _freeze(self, call: RollCall) -> None:
+        """The totals a roll call proved, kept when the next one begins (and stored)."""
+        call.proven = self.totals(call)
+        body = json.dumps(call.to_json()).encode()
+        self._spawn(self.desk.relay.store.write(Store.put_history_op(STORE_KEY, call.at, "roll_call", body,
+                                                                     self.config.roll_calls_kept)))
+
+    def totals(self, call: RollCall) -> dict[str, float]:
+        atlas = self.desk.relay.atlas
+        rows = [atlas.nodes[n].verified for n, p in self.desk.proofs.items() if p.roll_call == call.id
+                and n in atlas.nodes]
+        return {"nodes": sum(1 for r in rows if r.cpu_mgflops), "cpu_cores": sum(r.cores for r in rows),
+                "cpu_gflops": sum(r.cpu_mgflops for r in rows) / 1000,
+                "tokens_per_sec": sum(r.mtokens_per_sec for r in rows) / 1000, "gpus": 0, "gpu_tflops": 0.0}
+
+    def page(self, limit: int, before: float | None) -> list[dict[str, Any]]:
+        """Roll calls, latest first (this run's with live totals for the latest, then earlier runs')."""
+        out = []
+        for call in reversed(self.calls):
+            body = call.to_json()
+            if call is self.latest:
+                body["proven"] = self.totals(call)
+            out.append(body)
+        out += self.earlier
+        if before is not None:
+            out = [c for c in out if c["at"] < before]
+        return out[:limit]

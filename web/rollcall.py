@@ -1,0 +1,93 @@
+"""Roll calls, as pure functions (time passed in): the whole network challenged at one moment.
+
+Douceur's lemma (The Sybil Attack, IPTPS 2002): unless the tests of all identities run at the same time, one
+machine presents as many identities as it can answer one after another. So the verified scoreboard is not
+the sum of staggered challenges: it is what the latest roll call proved. At a roll call the relay sends a
+challenge to every live session that answers them, all at once (SGEMM for every node; the reference model,
+again all at once, `roll_call_llm_offset_s` later, for every node that claims tokens/s). Identities that
+share a machine share it at that moment, whatever addresses or relays they use.
+
+The moment: each beacon round starts a roll call with probability beacon_interval_s / roll_call_interval_s,
+drawn from the round's value (nobody, the relay included, knows it before the round exists), at
+`roll_call_delay_s` after the round was issued.
+
+What a node counts (`proven`): the claim capped at what the roll call observed x trust_cap_factor; cores only
+as many instances as it proved, each at least `core_floor_gflops`; tokens/s only from a node whose token
+hash the relay has recomputed equal at least once. Nothing for a node that joined since, was hidden, opted
+out, or did not answer, until the next roll call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from web.config import RelayConfig
+from web.stats import MILLI, Contribution
+
+
+def draw(beacon_value: str) -> float:
+    """The round's uniform draw in [0, 1) that decides whether it starts a roll call."""
+    digest = hashlib.sha256(f"ce-bench/v1/roll-call/{beacon_value}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def due(beacon: dict[str, Any], config: RelayConfig) -> float | None:
+    """The unix time of the roll call this beacon round starts, or None if it starts none."""
+    chance = min(1.0, config.beacon_interval_s / config.roll_call_interval_s)
+    if draw(str(beacon["value"])) >= chance:
+        return None
+    return float(beacon["issued_at"]) + config.roll_call_delay_s
+
+
+@dataclass
+class Proof:
+    """What one node proved at a roll call (raw observations; the counted figures follow its claims)."""
+
+    roll_call: str
+    gflops: float = 0.0
+    instances: int = 0
+    tps: float = 0.0             # 0 until the llm phase observed it (and its hash was ever checked)
+
+
+def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, claimed_tps: float | None,
+            config: RelayConfig) -> Contribution:
+    """The node's contribution to the verified scoreboard from its latest roll call."""
+    gflops = min(claimed_gflops or 0.0, proof.gflops * config.trust_cap_factor)
+    # a core counts only where its share of what was observed reaches the floor (cores are cheap to claim)
+    cores = min(proof.instances, max(claimed_cores, 0), math.floor(proof.gflops / config.core_floor_gflops))
+    tps = min(claimed_tps or 0.0, proof.tps * config.trust_cap_factor)
+    if gflops <= 0:
+        return Contribution()
+    return Contribution(cores=max(cores, 0), cpu_mgflops=round(gflops * MILLI), mtokens_per_sec=round(tps * MILLI))
+
+
+@dataclass
+class RollCall:
+    """One roll call: who was asked, who answered, what was proven, and how spread the sends were."""
+
+    id: str
+    beacon_round: int
+    at: float                                    # unix time of the first send
+    challenged: set[str] = field(default_factory=set)      # node ids sent an SGEMM challenge
+    answered: set[str] = field(default_factory=set)        # passed
+    failed: dict[str, str] = field(default_factory=dict)   # node id -> code
+    send_spread_ms: float | None = None          # last send - first send, on the relay's clock
+    llm_at: float | None = None
+    llm_challenged: set[str] = field(default_factory=set)
+    llm_answered: set[str] = field(default_factory=set)
+    llm_send_spread_ms: float | None = None
+    proven: dict[str, float] = field(default_factory=dict)  # totals once complete (filled by the desk)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "beacon_round": self.beacon_round, "at": round(self.at, 3),
+                "sessions_challenged": len(self.challenged), "answered": len(self.answered),
+                "failed": len(self.failed), "failure_codes": sorted(set(self.failed.values())),
+                "send_spread_ms": None if self.send_spread_ms is None else round(self.send_spread_ms, 3),
+                "llm": {"at": None if self.llm_at is None else round(self.llm_at, 3),
+                        "challenged": len(self.llm_challenged), "answered": len(self.llm_answered),
+                        "send_spread_ms": None if self.llm_send_spread_ms is None
+                        else round(self.llm_send_spread_ms, 3)},
+                "proven": dict(self.proven)}
