@@ -19,7 +19,14 @@ from typing import Any
 from common.keys import NodeKey
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
-from host_runner.relay_client import RelayError, fetch_beacon, post_profile, resend_outbox, save_to_outbox
+from host_runner.relay_client import (
+    RelayError,
+    fetch_beacon,
+    forget_superseded,
+    post_profile,
+    resend_outbox,
+    save_to_outbox,
+)
 from host_runner.wasm import CapsuleError, default_engine, load_module
 
 
@@ -113,4 +120,6 @@ class Agent:
             self.say(f"{exc}; the profile is dropped from this round (the next round measures again)")
             return True  # a refusal is an answer: go live and measure again on schedule
         self.registered += 1
+        for line in forget_superseded(profile):
+            self.say(f"outbox: {line}")
         return True

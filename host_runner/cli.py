@@ -16,7 +16,15 @@ from capsule.typed import ValidationError
 from common import keys as keys_mod
 from common.errors import UserError
 from common.files import write_atomic
-from host_runner.relay_client import RelayError, fetch_beacon, local_beacon, post_profile, resend_outbox, save_to_outbox
+from host_runner.relay_client import (
+    RelayError,
+    fetch_beacon,
+    forget_superseded,
+    local_beacon,
+    post_profile,
+    resend_outbox,
+    save_to_outbox,
+)
 from host_runner.ui import PhaseProgress, console, results_table
 from host_runner.wasm import CapsuleError
 
@@ -111,6 +119,8 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
         try:
             status = post_profile(relay, result.profile)
             console.print(f"reported to {relay} ({status})")
+            for line in forget_superseded(result.profile):
+                console.print(f"outbox: {line}")
         except RelayError as exc:
             waiting = save_to_outbox(result.profile)
             raise UserError(f"{exc}\nthe profile is kept in {waiting}; `ce-bench run --relay URL` resends it") from None

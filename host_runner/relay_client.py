@@ -114,11 +114,31 @@ def save_to_outbox(profile: dict[str, Any]) -> Path:
     return path
 
 
+def forget_superseded(accepted: dict[str, Any]) -> list[str]:
+    """Once the relay accepted `accepted`, an outbox profile kept as NAME.superseded of the same node and
+    measured before it has nothing left to deliver (the relay holds a newer measurement of that node): it is
+    removed. Returns one line per removed file, for the user; unreadable files are left alone."""
+    said = []
+    for path in sorted(outbox_dir().glob("*.superseded")) if outbox_dir().exists() else []:
+        try:
+            kept = json.loads(path.read_text())
+            if (not isinstance(kept, dict) or kept.get("node_id") != accepted["node_id"]
+                    or not isinstance(kept.get("measured_at"), int) or kept["measured_at"] >= accepted["measured_at"]):
+                continue
+            path.unlink()
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        said.append(f"{path.name}: removed; the relay accepted a newer profile of this node "
+                    f"(measured_at {accepted['measured_at']}), so it has nothing left to deliver")
+    return said
+
+
 def resend_outbox(relay: str) -> tuple[int, list[str]]:
     """Resends every waiting profile; delivered ones leave the outbox. Nothing is deleted unsent: a profile
     the relay refuses for its beacon (measured with a local beacon while the relay was unreachable, or too
     long ago) is kept as NAME.superseded, and the run that called this measures again against the relay's
-    current beacon; any other permanent refusal is kept as NAME.refused. Each case is reported."""
+    current beacon (once the relay accepts a newer profile of the node, forget_superseded removes it); any
+    other permanent refusal is kept as NAME.refused. Each case is reported."""
     sent, problems = 0, []
     for path in sorted(outbox_dir().glob("*.json")) if outbox_dir().exists() else []:
         try:
@@ -126,6 +146,7 @@ def resend_outbox(relay: str) -> tuple[int, list[str]]:
             post_profile(relay, profile)
             path.unlink()
             sent += 1
+            problems += forget_superseded(profile)
         except RelayError as exc:
             if exc.retryable:
                 problems.append(f"{path.name}: {exc}")
