@@ -10,6 +10,8 @@ from pathlib import Path
 import psutil
 import wasmtime
 
+from host_runner.wasm import HUGE_PAGE_ADVICE, HugePageAdvice
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -49,15 +51,26 @@ def thp_mode() -> str:
     return text[text.find("[") + 1:text.find("]")] if "[" in text and "]" in text else ""
 
 
-def huge_pages_note() -> str:
-    """How the capsule's wasm memory is paged here, for the memory-bandwidth evidence: hosts advise it for
-    transparent huge pages (common/reactor.py); the kernel's THP mode decides whether that is honoured."""
+def huge_pages_note(advice: HugePageAdvice | None = None) -> str:
+    """How the capsule's wasm memory was paged, for the memory-bandwidth evidence: hosts advise it for
+    transparent huge pages (common/reactor.py); whether that is honoured needs both the kernel's THP mode and
+    its answer to each advice (`advice`: this process's, host_runner/wasm.py HUGE_PAGE_ADVICE). "transparent
+    huge pages" only when every advice was accepted and the mode allows them."""
     mode = thp_mode()
+    accepted, refused, reasons = (advice or HUGE_PAGE_ADVICE).snapshot()
     if not mode:
         return "4 KiB pages (no transparent huge pages on this system)"
     if mode == "never":
         return "4 KiB pages (transparent huge pages disabled: THP mode never)"
-    return f"transparent huge pages (wasm memory advised MADV_HUGEPAGE; THP mode {mode})"
+    if refused:
+        why = ", ".join(f"{reason} x{count}" for reason, count in sorted(reasons.items()))
+        refusal = f"the kernel refused MADV_HUGEPAGE for {refused} of {accepted + refused} capsule memories ({why})"
+        if mode == "always":  # unadvised memory may still get huge pages in this mode: not known either way
+            return f"not known: {refusal}; THP mode always may back them with huge pages unasked"
+        return f"4 KiB pages: {refusal}; THP mode {mode} gives huge pages only to advised memory"
+    if not accepted:
+        return f"not known: no capsule memory was advised for huge pages in this process (THP mode {mode})"
+    return f"transparent huge pages (MADV_HUGEPAGE accepted for all {accepted} capsule memories; THP mode {mode})"
 
 
 def gather(storage_path: Path) -> Facts:

@@ -4,6 +4,8 @@ is the embedding the `ce-bench` CLI builds on; the `wasmtime` CLI runs the same 
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import tempfile
 import threading
 import time
@@ -24,8 +26,50 @@ from common.reactor import (
     parse_capsule_report,
 )
 
-__all__ = ["CapsuleError", "CommandResult", "Limits", "Reactor", "advise_huge_pages", "default_engine",
-           "engine_config", "limited_engine", "load_module", "parse_capsule_report", "run_command"]
+__all__ = ["HUGE_PAGE_ADVICE", "CapsuleError", "CommandResult", "HugePageAdvice", "Limits", "Reactor",
+           "advise_huge_pages", "default_engine", "engine_config", "limited_engine", "load_module",
+           "parse_capsule_report", "run_command"]
+
+
+class HugePageAdvice:
+    """What the kernel answered each time this process advised a capsule memory for transparent huge pages
+    (madvise MADV_HUGEPAGE, common/reactor.py advise_huge_pages). The memory-bandwidth evidence may say
+    "huge pages" only where the advice was taken (host_runner/facts.py huge_pages_note): where THP is in
+    its `madvise` mode a refused advice leaves the STREAM arrays on 4 KiB pages, and the figure measures
+    the TLB. Instances run in threads of one process (host_runner/cpu.py), hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.accepted = 0
+        self.refused = 0
+        self.reasons: dict[str, int] = {}  # why advice was refused (errno name) -> how often
+
+    def record(self, accepted: bool, reason: str = "") -> None:
+        with self._lock:
+            if accepted:
+                self.accepted += 1
+            else:
+                self.refused += 1
+                self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def snapshot(self) -> tuple[int, int, dict[str, int]]:
+        """(accepted, refused, reasons) at this moment."""
+        with self._lock:
+            return self.accepted, self.refused, dict(self.reasons)
+
+
+HUGE_PAGE_ADVICE = HugePageAdvice()  # every capsule memory run_command makes in this process
+
+
+def _advise(memory: wasmtime.Memory, store: wasmtime.Store) -> bool:
+    """advise_huge_pages, with the kernel's answer recorded in HUGE_PAGE_ADVICE (its return value was once
+    ignored, and the evidence said "huge pages" from the THP mode alone)."""
+    ctypes.set_errno(0)  # advise_huge_pages' madvise is loaded with use_errno: its errno is this thread's copy
+    accepted = advise_huge_pages(memory, store)
+    code = 0 if accepted else ctypes.get_errno()
+    HUGE_PAGE_ADVICE.record(accepted, errno.errorcode.get(code, f"errno {code}") if code else
+                            "not advised (no madvise on this platform, or no memory base)")
+    return accepted
 
 
 @dataclass(frozen=True)
@@ -97,7 +141,7 @@ def _run_start(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmtime.
         instance = linker.instantiate(store, module)
         memory = instance.exports(store)["memory"]
         if isinstance(memory, wasmtime.Memory):
-            advise_huge_pages(memory, store)  # before the capsule touches its arrays (see common/reactor.py)
+            _advise(memory, store)  # before the capsule touches its arrays (see common/reactor.py)
         start = instance.exports(store)["_start"]
         assert isinstance(start, wasmtime.Func)  # our own module: a missing _start is a build bug
         code = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,6 +16,9 @@ from typing import Any
 import pytest
 
 from capsule.signing import verify_record
+from host_runner import facts
+from host_runner.facts import thp_mode
+from host_runner.wasm import HugePageAdvice
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess, free_port
 from tests.standin_relay import StandinRelay
@@ -23,8 +27,9 @@ CLI = str(Path(sys.executable).parent / "ce-bench")
 FAST = ["--no-jitter", "--no-gpu", "--budget-ms", "500"]
 
 
-def ce_bench(home: Path, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, CE_BENCH_HOME=str(home), COLUMNS="160")
+def ce_bench(home: Path, *args: str, cwd: Path | None = None, timeout: float = 300,
+             env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CE_BENCH_HOME=str(home), COLUMNS="160", **(env_extra or {}))
     return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 
@@ -51,7 +56,7 @@ def test_run_end_to_end_with_gpu(tmp_path: Path, artifacts: Artifacts) -> None:
     assert ev["cpu"]["instances"] == cpu["cores"] == len(ev["cpu"]["gflops_fp32"]["instances"])
     assert [step["instances"] for step in ev["cpu"]["scaling"]][:2] == [1, 2]  # the count was measured
     assert ev["cpu"]["gflops_fp32"]["single_core"] > 0
-    assert "pages" in ev["cpu"]["mem_bw_gbps"]  # how the arrays were paged decides the figure (issue 9)
+    assert_pages_note(ev["cpu"]["mem_bw_gbps"]["pages"], refused=False)  # paging decides the figure (issue 9)
     assert profile["llm"]["tokens_per_sec"] > 0 and profile["llm"]["ref_model"] == "ce-ref-15m-f32"
     assert profile["storage"]["write_mbps"] > 0 and profile["storage"]["read_mbps"] > 0
     assert profile["capsule"]["sha256"] == hashlib.sha256(artifacts.capsule.read_bytes()).hexdigest()
@@ -70,6 +75,73 @@ def test_run_end_to_end_with_gpu(tmp_path: Path, artifacts: Artifacts) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "profile.json"]
     for words in ("CPU fp32", "GFLOP/s", "tokens/s", "signed NodeProfile written"):
         assert words in result.stderr
+
+
+def assert_pages_note(pages: str, refused: bool) -> None:
+    """evidence.cpu.mem_bw_gbps.pages says "transparent huge pages" only when every madvise(MADV_HUGEPAGE) was
+    accepted and the THP mode allows them; a refusal is named with its errno."""
+    mode = thp_mode()
+    if mode in ("", "never"):
+        assert pages.startswith("4 KiB pages ("), (mode, pages)
+    elif not refused:
+        assert pages.startswith("transparent huge pages (MADV_HUGEPAGE accepted for all "), (mode, pages)
+        assert f"THP mode {mode})" in pages, pages
+    else:
+        assert pages.startswith("not known: " if mode == "always" else "4 KiB pages: "), (mode, pages)
+        assert "the kernel refused MADV_HUGEPAGE for " in pages and "(EINVAL x" in pages, pages
+
+
+# Failure injection, test-only (nothing in the product looks for it): an LD_PRELOAD library whose madvise
+# refuses MADV_HUGEPAGE with EINVAL, as a kernel built without THP or a seccomp filter would, and passes
+# every other advice to the kernel. host_runner/wasm.py reaches madvise through libc (ctypes), so it gets
+# this one; wasmtime's own memory calls are direct syscalls and are untouched.
+REFUSE_HUGEPAGE_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int madvise(void *addr, size_t len, int advice) {
+    if (advice == MADV_HUGEPAGE) { errno = EINVAL; return -1; }
+    return (int)syscall(SYS_madvise, addr, len, advice);
+}
+"""
+
+
+def test_evidence_names_a_refused_huge_page_advice(tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc, "a C compiler builds the madvise failure injection"
+    (tmp_path / "refuse.c").write_text(REFUSE_HUGEPAGE_C)
+    shim = tmp_path / "refuse.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(shim), str(tmp_path / "refuse.c")], check=True)
+    out = tmp_path / "profile.json"
+    result = ce_bench(tmp_path / "home", "run", "--out", str(out), *FAST, cwd=tmp_path,
+                      env_extra={"LD_PRELOAD": str(shim)})
+    assert result.returncode == 0, result.stderr
+    assert_pages_note(json.loads(out.read_text())["evidence"]["cpu"]["mem_bw_gbps"]["pages"], refused=True)
+
+
+@pytest.mark.parametrize("mode", ["always", "madvise", "never", ""])
+def test_pages_note_follows_the_kernels_answers(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The note from each THP mode and each mix of answers (a partial refusal is no huge-page claim)."""
+    monkeypatch.setattr(facts, "thp_mode", lambda: mode)
+    notes = {}
+    for accepted, refused in ((3, 0), (2, 1), (0, 3), (0, 0)):
+        advice = HugePageAdvice()
+        for _ in range(accepted):
+            advice.record(True)
+        for _ in range(refused):
+            advice.record(False, "EPERM")
+        notes[accepted, refused] = facts.huge_pages_note(advice)
+    if mode in ("", "never"):
+        assert all(note.startswith("4 KiB pages (") for note in notes.values()), notes
+        return
+    assert notes[3, 0] == f"transparent huge pages (MADV_HUGEPAGE accepted for all 3 capsule memories; THP mode {mode})"
+    refusal = "not known: " if mode == "always" else "4 KiB pages: "
+    assert notes[2, 1].startswith(refusal + "the kernel refused MADV_HUGEPAGE for 1 of 3 capsule memories (EPERM x1)")
+    assert notes[0, 3].startswith(refusal + "the kernel refused MADV_HUGEPAGE for 3 of 3 capsule memories (EPERM x3)")
+    assert notes[0, 0].startswith("not known: no capsule memory was advised"), notes
 
 
 def test_same_node_id_across_runs_and_rotate(tmp_path: Path) -> None:
