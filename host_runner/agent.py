@@ -88,13 +88,15 @@ class Agent:
         except RelayError as exc:
             self.say(f"{exc}; retrying")
             return None
+        self.say(f"measuring against beacon round {beacon['round']}")
         try:
             result = measure(self.key, beacon, self.opts)
         except CapsuleError as exc:
             self.say(f"measurement failed: {exc}; retrying after the next interval")
             return remeasure_after_s(beacon["value"], self.key.node_id, self.config)
-        if self.stop.is_set():
-            return 0.0  # asked to stop while measuring: do not publish half a decision
+        if self.stop.is_set():  # asked to stop while measuring: do not publish half a decision
+            self.say("asked to stop during the measurement: it is not published")
+            return 0.0
         if not self._publish(result.profile):
             return None
         if self.session is None and self.registered:  # heartbeats need a profile the relay accepted
@@ -106,7 +108,7 @@ class Agent:
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)
         state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
-        self.say(f"{state}; next measurement in {wait / 3600:.1f} h")
+        self.say(f"{state}; next measurement in " + (f"{wait / 3600:.1f} h" if wait >= 360 else f"{wait:.0f} s"))
         return wait
 
     def _publish(self, profile: dict[str, Any]) -> bool:
