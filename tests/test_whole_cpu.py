@@ -4,18 +4,22 @@ the figures `ce-bench run --instances 8` reports stay within 10% of those under 
 
 How the 10% is tested on a noisy VM. The claim enters only through the instance search: it decides how
 many instances the whole-CPU run uses (whole_cpu_run takes no claim). So the test runs the real search
-under each claim, and then:
-* where both claims chose the same count, the figures come from the same procedure: nothing to compare;
-* the figure must not grow with instances beyond the cores: twice as many instances as cores (WebKit's 4
-  on 2; the most the search may overshoot to) against the cores' count, and the claim's count if it is
-  neither, measured in alternation over many short rounds (the product's own run and aggregate), with the
-  median of per-round ratios bounded at 1.10.
+under each claim, and then measures, in alternation over many short rounds (the product's own run and
+aggregate, and its own sizes: SGEMM n=1024, STREAM's 64 MiB arrays), the figure with each count the claim
+could lead to against the honest search's count, bounding the median of per-round ratios at 1.10:
+* twice as many instances as cores (WebKit's 4 on 2; the most the search may overshoot to), and the
+  claimed search's count where it is neither;
+* where both searches chose twice the cores, there is no other count to compare with, so the honest
+  count is measured against the cores' count: the figure must not grow with instances beyond the cores.
+  Something is always compared (asserted), never "0 == 0".
 Whole runs compared one after the other cannot carry a 10% bound here: two identical runs differ by up to
 2x (measured 2026-12-03, AMD EPYC: 36.7 vs 72.8 GFLOP/s for the same 2 instances, when the host put both
 vCPUs on one physical core); rounds close in time share the host's state. Measured the same day with
-these rounds (median of per-round ratios, 4 vs 2 instances): SGEMM 0.984-0.996, STREAM 0.920-0.933 here,
-0.980-0.988 / 0.865-0.927 in Chromium; the same count on both sides gave 0.98-1.04. A sum of per-instance
-medians (the bug this guards against) gives ~2x.
+short rounds of 16 MiB STREAM arrays (median of per-round ratios, 4 vs 2 instances): SGEMM 0.984-0.996,
+STREAM 0.920-0.933 here, 0.980-0.988 / 0.865-0.927 in Chromium; the same count on both sides gave
+0.98-1.04. With the product's 64 MiB arrays, in Chromium beside other test runs (load average 6-9, the
+plain page chose 1 worker): 2 and 4 workers vs 1, SGEMM 0.953 / 1.044, STREAM 1.068 / 1.074. A sum of
+per-instance medians (the bug this guards against) gives ~2x (STREAM 1.96-2.00, 4 vs 2).
 """
 
 from __future__ import annotations
@@ -29,13 +33,25 @@ from host_runner.cpu import find_instances, measure_whole_cpu, whole_cpu_run
 from tests.conftest import Artifacts
 
 SEED = "ab" * 32
-# Rounds per probe. SGEMM pair ratios spread ~3% here; STREAM's ~17%, because the host's memory bandwidth
-# flips between two levels every few seconds, so STREAM rounds are short (16 MiB arrays, 300 ms: a pair is
-# measured within ~1 s) and many. With 64 MiB arrays, 800 ms and 32 rounds, the 4-vs-2 median ranged
-# 0.92-1.10 over three runs; with these, 0.89-0.96 over four (2026-12-03).
-ROUNDS = {"sgemm": 16, "stream": 48}
-ROUND_BUDGET_MS = {"sgemm": 400, "stream": 300}  # a few products / triad passes per instance and round
-STREAM_MIB = 16  # per array: three arrays per instance still far exceed the caches
+# Why the 1.10 bound holds on a noisy 2-core VM. More instances than cores cannot add throughput: with 2
+# vCPUs only 2 instances run at any moment, so the true 4-vs-2 ratio is at most 1 (SGEMM ~0.99, STREAM
+# ~0.92-0.96: time-slicing costs a little). That holds while the test has the cores to itself, as under
+# scripts/test (one test at a time): beside other busy processes, more threads take a larger share of the
+# cores, and ratios creep up (the Chromium figures at a load of 6-9 in the docstring, 1.04-1.07 against one
+# worker). What moves a single ratio is the host: SGEMM pairs spread ~3%,
+# STREAM pairs ~17%, because the host's memory bandwidth flips between two levels every few seconds. So a
+# pair is measured back to back, in ABBA order (neither count always first, so a flip favours neither),
+# and the median of many pairs is bounded: 32 STREAM pairs spread ~17% put the median within ~0.04 of the
+# truth, leaving 1.10 more than three standard errors above 0.96. Rounds are short, so that few pairs
+# straddle a flip (800 ms rounds, 32 of them, once reached 1.10, 2026-12-03). With the product's 64 MiB
+# arrays a 4-instance round on a busy 2-core VM may have no common window (the instances' warm-ups drift
+# apart by up to a second when other processes compete for the cores: 3 rounds in 8 at a load average of
+# 10, 30 in 64 at 19, measured 2026-12-03 beside other test runs), so rounds go on until enough pairs had
+# one, up to a cap; a VM too busy to give them fails, saying so.
+RATIOS = {"sgemm": 16, "stream": 32}  # pairs with a figure on both sides, per probe and compared pair
+MAX_ROUNDS = {"sgemm": 24, "stream": 64}
+ROUND_BUDGET_MS = {"sgemm": 400, "stream": 500}  # a few products / triad passes per instance and round
+STREAM_MIB = None  # the capsule's default, the array size `ce-bench run` measures with (64 MiB per array)
 
 
 def figure(artifacts: Artifacts, probe: str, instances: int) -> float | None:
@@ -44,26 +60,50 @@ def figure(artifacts: Artifacts, probe: str, instances: int) -> float | None:
     return f.gflops_fp32 if probe == "sgemm" else f.mem_bw_gbps
 
 
+def compared_pairs(cores: int, honest: int, claimed: int) -> list[tuple[int, int]]:
+    """(base, other) counts whose figures are compared: each count a claim could lead to against the honest
+    one; where both searches chose twice the cores, the honest count against the cores' count."""
+    pairs = [(honest, other) for other in sorted({2 * cores, claimed} - {honest})]
+    return pairs or [(cores, honest)]
+
+
+def test_something_is_always_compared() -> None:
+    """Whatever the searches choose, at least one pair of different counts is measured, and every count a
+    claim could lead to is measured against the honest one."""
+    for cores in range(1, 5):
+        for honest in range(1, 2 * cores + 1):
+            for claimed in range(1, 2 * cores + 1):
+                pairs = compared_pairs(cores, honest, claimed)
+                assert pairs and all(base != other for base, other in pairs), (cores, honest, claimed)
+                wanted = {2 * cores, claimed} - {honest}
+                assert {other for base, other in pairs if base == honest} == wanted or (
+                    not wanted and pairs == [(cores, honest)]), (cores, honest, claimed, pairs)
+
+
 def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artifacts) -> None:
     cores = os.cpu_count() or 1
     honest, claimed = (find_instances(artifacts.capsule, SEED, claim)[1] for claim in (cores, 8))
     assert 1 <= honest <= 2 * cores and 1 <= claimed <= 2 * cores, (honest, claimed)
-    others = sorted({2 * cores, claimed} - {honest})
-    ratios: dict[tuple[str, int], list[float]] = {}
-    for r in range(max(ROUNDS.values())):
-        for probe in (p for p in ROUNDS if r < ROUNDS[p]):
-            for other in others:
-                pair = (honest, other) if r % 2 == 0 else (other, honest)  # ABBA: neither side always first
-                got = dict(zip(pair, (figure(artifacts, probe, k) for k in pair), strict=True))
-                mine, theirs = got[honest], got[other]
-                if mine is not None and theirs is not None:  # None: no common window (said in evidence)
-                    ratios.setdefault((probe, other), []).append(theirs / mine)
-    assert len(ratios) == 2 * len(others), ratios
-    for (probe, other), values in ratios.items():
-        assert len(values) >= ROUNDS[probe] * 3 // 4, (probe, other, "too few rounds had a figure", values)
+    pairs = compared_pairs(cores, honest, claimed)
+    assert pairs and all(base != other for base, other in pairs), (cores, honest, claimed, pairs)
+    ratios: dict[tuple[str, int, int], list[float]] = {(p, b, o): [] for p in RATIOS for b, o in pairs}
+    for r in range(max(MAX_ROUNDS.values())):
+        for (probe, base, other), values in ratios.items():
+            if r >= MAX_ROUNDS[probe] or len(values) >= RATIOS[probe]:
+                continue
+            order = (base, other) if r % 2 == 0 else (other, base)  # ABBA: neither side always first
+            got = dict(zip(order, (figure(artifacts, probe, k) for k in order), strict=True))
+            mine, theirs = got[base], got[other]
+            if mine is not None and theirs is not None:  # None: no common window (said in evidence)
+                values.append(theirs / mine)
+    for (probe, base, other), values in ratios.items():
+        assert len(values) >= RATIOS[probe], (probe, other, f"too few of {MAX_ROUNDS[probe]} rounds had a figure",
+                                              values)
         median = statistics.median(values)
-        assert median <= 1.10, (probe, f"{other} instances vs {honest}", "inflated", values)
-        assert median >= 0.75, (probe, f"{other} instances vs {honest}", "deflated", values)
+        assert median <= 1.10, (probe, f"{other} instances vs {base}", "inflated", values)
+        assert median >= 0.75, (probe, f"{other} instances vs {base}", "deflated", values)
+    print(f"claimed-core test: honest {honest}, claimed {claimed}, compared {pairs}:",
+          {key: round(statistics.median(v), 3) for key, v in ratios.items()})  # BENCHMARKS.md records them
 
 
 def test_the_composed_measurement_seeds_each_instance_from_the_plan(artifacts: Artifacts) -> None:
