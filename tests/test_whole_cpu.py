@@ -103,7 +103,7 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
         assert median <= 1.10, (probe, f"{other} instances vs {base}", "inflated", values)
         assert median >= 0.75, (probe, f"{other} instances vs {base}", "deflated", values)
     print(f"claimed-core test: honest {honest}, claimed {claimed}, compared {pairs}:",
-          {key: round(statistics.median(v), 3) for key, v in ratios.items()})  # BENCHMARKS.md records them
+          {key: round(statistics.median(v), 3) for key, v in ratios.items()})  # shown with -s
 
 
 def test_the_composed_measurement_seeds_each_instance_from_the_plan(artifacts: Artifacts) -> None:
