@@ -29,11 +29,15 @@ LlmAnswer = Callable[[ReactorPool, int, int], str]
 class LiveSession:
     def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None,
                  reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer,
-                 llm: LlmAnswer = llm_answer) -> None:
+                 llm: LlmAnswer = llm_answer, connect_options: dict[str, Any] | None = None,
+                 pong_delay_s: float = 0.0) -> None:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
         self.llm = llm
+        self.connect_options = connect_options or {}  # e.g. source_address (a host with several addresses)
+        self.pong_delay_s = pong_delay_s  # tests play a node that holds its pongs back (failure injection)
+        self._ws: Any = None
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
         self._answer: tuple[str, SgemmAnswer] | None = None
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
@@ -135,6 +139,23 @@ class LiveSession:
 
         threading.Thread(target=work, name="challenge-llm", daemon=True).start()
 
+    def _pong(self, ws: Any, ping_id: Any) -> None:
+        if self.pong_delay_s <= 0:
+            self._send(ws, {"type": "pong", "id": ping_id})
+            return
+
+        def late() -> None:
+            with contextlib.suppress(OSError, WebSocketException):
+                self._send(ws, {"type": "pong", "id": ping_id})
+
+        threading.Timer(self.pong_delay_s, late).start()
+
+    def hello(self, answers: list[str]) -> None:
+        """Says hello again on the current connection: fewer answers opt out of those challenges (a hidden
+        tab sends none)."""
+        if self._ws is not None:
+            self._send(self._ws, {"type": "hello", "answers": answers})
+
     def _drop_answer(self) -> None:
         """Frees the committed products (the reactors stay in the pool, warm)."""
         if self._answer is not None:
@@ -156,7 +177,8 @@ class LiveSession:
         self._send(ws, {"type": "opening", "id": cid, "rows": rows})
 
     def _session(self) -> None:
-        with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22) as ws:
+        with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22, **self.connect_options) as ws:
+            self._ws = ws
             welcome = json.loads(ws.recv(timeout=10))
             if self.reactor_wasm is not None:
                 self._send(ws, {"type": "hello", "answers": ["sgemm", "llm"]})
@@ -178,7 +200,7 @@ class LiveSession:
                     continue
                 message = json.loads(frame)
                 if message.get("type") == "ping":
-                    self._send(ws, {"type": "pong", "id": message["id"]})
+                    self._pong(ws, message["id"])
                 elif message.get("type") == "ack":
                     self.acks += 1
                 elif message.get("type") == "cosign":

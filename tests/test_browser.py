@@ -416,14 +416,16 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
     """The join page answers the relay's challenges in its probe workers with the capsule's own code and
     becomes verified; a hidden tab opts out and is not challenged any more."""
     fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
-            "--challenge-llm-check-fraction", "1"]
+            "--challenge-llm-check-fraction", "1", "--beacon-interval", "1", "--roll-call-interval-s", "3",
+            "--roll-call-llm-offset-s", "2", "--roll-call-target-s", "1"]
     with RelayProcess(tmp_path / "data", *fast) as r:
         profile = join(page, r)
         node_id = profile["node_id"]
-        deadline = time.monotonic() + 90
-        # verified, and a reference-model challenge answered too (every third round; the relay recomputed it)
+        deadline = time.monotonic() + 120
+        # verified by solo challenges, then counted by a roll call: GFLOP/s and, from its reference-model phase
+        # (the token hash recomputed by the relay), tokens/s
         while ((trust := r.get(f"/v1/nodes/{node_id}")[1]["trust"])["status"] != "verified"
-               or trust["observed"]["tokens_per_sec"] is None):
+               or trust["observed"]["tokens_per_sec"] is None or not trust["counted"]["tokens_per_sec"]):
             assert trust["status"] != "flagged" and time.monotonic() < deadline, trust
             time.sleep(0.5)
         assert trust["observed"]["gflops_fp32"] > 0 and trust["challenges"]["failed"] == 0

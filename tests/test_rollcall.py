@@ -11,7 +11,7 @@ import pytest
 from capsule import plausibility
 from web.challenges import implausible, net_time_s, new_challenge, new_llm_challenge
 from web.config import RelayConfig
-from web.rollcall import Proof, counted, draw, due
+from web.rollcall import Proof, counted, draw, due, on_time, shown
 from web.stats import MILLI, Contribution
 
 CONFIG = RelayConfig()
@@ -34,20 +34,76 @@ def test_roll_call_rounds_follow_the_draw_at_the_configured_rate() -> None:
     assert all(due({"value": v, "issued_at": 0}, fast) is not None for v in values[:100])
 
 
-def test_counted_is_the_claim_capped_at_what_was_proven() -> None:
+def test_counted_is_the_claim_capped_at_what_was_shown() -> None:
     proof = Proof("r", gflops=50.0, instances=2, tps=100.0)
     c = counted(proof, 40.0, 2, 90.0, CONFIG)
     assert c == Contribution(cores=2, cpu_mgflops=40 * MILLI, mtokens_per_sec=90 * MILLI)  # honest: the claim
-    c = counted(proof, 500.0, 64, 3400.0, CONFIG)  # an overstatement counts what was seen x the cap
-    assert c.cpu_mgflops == round(50.0 * CONFIG.trust_cap_factor * MILLI)
-    assert c.mtokens_per_sec == round(100.0 * CONFIG.trust_cap_factor * MILLI)
-    assert c.cores == 2  # the instances proven, not the claim
+    c = counted(proof, 500.0, 64, 3400.0, CONFIG)  # an overstatement counts what was shown
+    assert (c.cpu_mgflops, c.mtokens_per_sec, c.cores) == (50 * MILLI, 100 * MILLI, 2)  # instances, not claim
     # cores only where each reached the floor: 20 identities at 0.01 GFLOP/s with 2^32-1 cores count none
     tiny = Proof("r", gflops=0.01, instances=64)
     assert counted(tiny, 0.01, 2**32 - 1, None, CONFIG) == Contribution(cores=0, cpu_mgflops=10)
-    assert counted(Proof("r", gflops=3.5, instances=64), 4.0, 64, None, CONFIG).cores == 3
+    floor = CONFIG.core_floor_gflops
+    assert counted(Proof("r", gflops=6.5, instances=64), 7.0, 64, None, CONFIG).cores == int(6.5 // floor)
     assert counted(Proof("r", gflops=0.0, instances=2), 40.0, 2, 90.0, CONFIG) == Contribution()
     assert counted(proof, None, 2, 90.0, CONFIG) == Contribution()  # no CPU claim: nothing
+
+
+def test_shown_is_the_observed_rate_capped_by_the_work_given() -> None:
+    target = CONFIG.roll_call_target_s
+    assert shown(10.0, target, CONFIG) == pytest.approx(10.0 / target)  # on target: the work over the target
+    assert shown(10.0, 2 * target, CONFIG) == pytest.approx(10.0 / (2 * target) * CONFIG.trust_cap_factor)
+    assert shown(10.0, target / 100, CONFIG) == pytest.approx(10.0 / target)  # faster than asked: no more
+    assert shown(10.0, 0.0, CONFIG) == 0.0
+    assert on_time(CONFIG.roll_call_deadline_factor * target, CONFIG)
+    assert not on_time(CONFIG.roll_call_deadline_factor * target * 1.001, CONFIG)
+
+
+def roll_call_total(claims: list[float], machine: float, order: list[int] | None, config: RelayConfig) -> float:
+    """What one machine doing `machine` GFLOP/s counts at a roll call for identities with these claims: the
+    relay sizes each one's work to claim x target; the machine answers them one after another in `order`
+    (None: all at once, sharing the machine equally until each is done)."""
+    work = [c * config.roll_call_target_s for c in claims]
+    finish = [0.0] * len(claims)
+    if order is not None:
+        t = 0.0
+        for i in order:
+            t += work[i] / machine
+            finish[i] = t
+    else:  # processor sharing
+        left, t = dict(enumerate(work)), 0.0
+        while left:
+            share = machine / len(left)
+            i = min(left, key=lambda k: left[k])
+            dt = left[i] / share
+            t += dt
+            for k in list(left):
+                left[k] -= share * dt
+            finish[i] = t
+            del left[i]
+    return sum(min(c, shown(w, f, config)) for c, w, f in zip(claims, work, finish, strict=True)
+               if on_time(f, config))
+
+
+def test_one_machine_counts_at_most_the_deadline_factor_however_it_answers() -> None:
+    """The bound of web/rollcall.py's shown(): N identities of one machine, any claims, answered one after
+    another in any order or all at once, count at most deadline_factor x the machine at one roll call (with
+    throughput alone, k identities answered in turn counted 1 + 1/2 + ... + 1/k of it)."""
+    import random
+
+    seed = 20261203
+    rng = random.Random(seed)
+    machine, worst = 50.0, 0.0
+    for trial in range(3000):
+        n = rng.randint(1, 12)
+        claims = [machine * rng.choice([rng.uniform(0.01, 1.5), 1.0, 1.0 / n]) for _ in range(n)]
+        order = None if trial % 4 == 0 else rng.sample(range(n), n)
+        total = roll_call_total(claims, machine, order, CONFIG)
+        worst = max(worst, total / machine)
+        assert total <= CONFIG.roll_call_deadline_factor * machine * (1 + 1e-9), (seed, trial, claims, order)
+    assert worst > 1.0  # the adversarial schedules did get above one machine: the bound is what held them
+    # the honest case: one identity claiming the machine counts all of it
+    assert roll_call_total([machine], machine, None, CONFIG) == pytest.approx(machine)
 
 
 def test_net_time_subtracts_at_most_a_share_of_the_time() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +30,8 @@ from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import CLI, RelayProcess
 
 FAST = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
-        "--heartbeat-interval", "0.5", "--challenge-llm-check-fraction", "1"]
+        "--heartbeat-interval", "0.5", "--challenge-llm-check-fraction", "1", "--beacon-interval", "1",
+        "--roll-call-interval-s", "3", "--roll-call-llm-offset-s", "2", "--roll-call-target-s", "1"]
 VERIFY_WITHIN_S = 180  # the issue's bound for an honest node (and for flagging a liar)
 
 
@@ -277,18 +279,22 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
                 wait_for(relay, agent.node_id, lambda b: b["trust"]["status"] == "verified",
                          VERIFY_WITHIN_S - (time.monotonic() - started), "an honest node is verified", no_flag)
                 at_verified = relay.get(f"/v1/nodes/{agent.node_id}")[1]["trust"]["challenges"]["passed"]
+                # once verified, roll calls keep it so (solo challenges verify newcomers only)
                 body = wait_for(relay, agent.node_id,
-                                lambda b: b["trust"]["challenges"]["passed"] >= at_verified + 20, 180,
+                                lambda b: b["trust"]["challenges"]["passed"] >= at_verified + 20, 240,
                                 "20 more challenges", no_flag)
                 failed = [e for e in relay.get(f"/v1/nodes/{agent.node_id}/history")[1]["events"]
                           if e["event"] == "challenge" and not e["passed"]]
                 assert body["trust"]["status"] == "verified" and not failed, (body["trust"], failed)
-                # reference-model challenges were among them: tokens/s observed and counted too
+                # reference-model challenges were among them: tokens/s observed too
                 assert body["trust"]["observed"]["tokens_per_sec"] > 0, body["trust"]
-                s = stats(relay)
-                assert s["verified_nodes"] == 1
-                assert 0 < s["cpu_gflops"] <= s["claimed"]["cpu_gflops"]
-                assert 0 < s["tokens_per_sec"] <= s["claimed"]["tokens_per_sec"]
+
+                def counted_in_full(b: dict[str, Any]) -> bool:  # a roll call proved both figures in time
+                    s = stats(relay)
+                    return bool(s["verified_nodes"] == 1 and 0 < s["cpu_gflops"] <= s["claimed"]["cpu_gflops"]
+                            and 0 < s["tokens_per_sec"] <= s["claimed"]["tokens_per_sec"])
+
+                wait_for(relay, agent.node_id, counted_in_full, 120, "counted at a roll call", no_flag)
             finally:
                 agent.stop()
             before = relay.get(f"/v1/nodes/{agent.node_id}")[1]["trust"]
@@ -303,37 +309,36 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
 
 
 def test_three_identities_on_one_machine_count_one_machine(tmp_path: Path) -> None:
-    """Three `ce-bench node` agents with different keys on this machine: the verified CPU total is at most
-    1.5x what one agent alone is verified for (they are challenged at the same moment, so each observes its
-    share)."""
+    """Three `ce-bench node` agents with different keys on this machine: what roll calls prove for the three
+    together is at most 1.3x what they prove for one agent alone (they are challenged at the same moment,
+    so they share the machine; tests/test_proven.py does the same from several addresses). Compared: the
+    median proven total of 4 finished roll calls that challenged every agent, one agent first, then three."""
+    from tests.test_proven import shared_roll_calls
+
     with RelayProcess(tmp_path / "relay", *FAST) as relay:
         alone = Agent(relay, tmp_path / "alone")
         try:
             wait_for(relay, alone.node_id, lambda b: b["trust"]["status"] == "verified", VERIFY_WITHIN_S, "alone")
-            while challenges_of(relay, alone.node_id) < 6:
-                time.sleep(0.5)
-            single = stats(relay)["cpu_gflops"]
-            assert single > 0
+            single = shared_roll_calls(relay, [_Key(alone.node_id)], 4, 120)
         finally:
             alone.stop()
         agents = [Agent(relay, tmp_path / f"node{i}") for i in range(3)]
         try:
-            # wait until each agent had 10 challenges after the last of them said hello
-            deadline = time.monotonic() + 240
-            start: dict[str, int | None] = {a.node_id: None for a in agents}
-            while True:
-                counts = {a.node_id: challenges_of(relay, a.node_id) if relay.get(f"/v1/nodes/{a.node_id}")[0] == 200
-                          else 0 for a in agents}
-                if all(counts.values()) and all(v is None for v in start.values()):
-                    start = dict(counts)
-                if all(v is not None and counts[k] >= v + 10 for k, v in start.items()):
-                    break
-                assert time.monotonic() < deadline, (counts, start)
-                time.sleep(0.5)
-            s = stats(relay)
+            for a in agents:  # each measured and registered (its profile is at the relay) before comparing
+                wait_for(relay, a.node_id, lambda b: b["status"]["online"], 240, "registered and live")
+            together = shared_roll_calls(relay, [_Key(a.node_id) for a in agents], 4, 240)
             statuses = [relay.get(f"/v1/nodes/{a.node_id}")[1]["trust"]["status"] for a in agents]
-            print(f"three identities: verified total {s['cpu_gflops']} vs alone {single}; {statuses}")
-            assert s["cpu_gflops"] <= 1.5 * single, (s, single, statuses)
+            print(f"three identities: proven {together} vs alone {single}; {statuses}")
+            assert statistics.median(single) > 0, single  # the precondition: one agent alone is counted
+            assert "flagged" not in statuses, statuses  # honest agents, however they share the machine
+            assert statistics.median(together) <= 1.3 * statistics.median(single), (together, single, statuses)
         finally:
             for a in agents:
                 a.stop()
+
+
+class _Key:
+    """What tests/test_proven.py's helpers read of a key: its NodeId."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id

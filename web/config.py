@@ -86,7 +86,7 @@ class RelayConfig:
     # A core counts on the verified scoreboard only where its share of the observed GFLOP/s reaches this:
     # the slowest SIMD128 core worth scheduling (an old phone core does ~2 GFLOP/s). Cores are an
     # upper-bound claim nobody can prove below this floor (20 identities once claimed 2^32-1 cores each).
-    core_floor_gflops: float = 1.0
+    core_floor_gflops: float = 2.0
     # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
     # recomputes the token hash (the same reactor wasm under wasmtime-py: as much CPU as the node spent) on
     # this fraction of them; a wrong hash, when checked, flags at once.
@@ -100,11 +100,18 @@ class RelayConfig:
     # latest roll call proved: one machine cannot answer for several identities at the same moment
     # (Douceur 2002, lemma 4). Each beacon round starts one with probability beacon_interval_s /
     # roll_call_interval_s, roll_call_delay_s after the round is issued (so nobody knows the moment before
-    # the round exists). The work is sized to the claim for roll_call_target_s: long beside RTTs and the
-    # send spread, 2 s of a phone's time every 10 min on average.
+    # the round exists). The work is sized to the claim for roll_call_target_s, the same for every node,
+    # and an answer counts only if it arrives within roll_call_deadline_factor x that (net of the RTT
+    # allowance). A common deadline is what makes simultaneity hold: identities of one machine answered
+    # one after another finish one after another, and all but the first miss it (with throughput alone,
+    # the k-th of them would still count 1/k of the machine: 4 identities counted 2.1x). Whatever a
+    # machine does, what it counts at one roll call is at most deadline x cap_factor-bounded (web/rollcall.py
+    # has the bound). 1 s: ten times a 100 ms RTT, and within the memory the capsule keeps per instance
+    # (64 MiB of products: 34 GFLOP at n=1024, so up to 34 GFLOP/s per instance can be shown).
     roll_call_interval_s: float = 600.0
     roll_call_delay_s: float = 1.0
-    roll_call_target_s: float = 2.0
+    roll_call_target_s: float = 1.0
+    roll_call_deadline_factor: float = 1.25
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
     # A reference-model answer counts only once its token hash was recomputed equal at least once; after

@@ -29,7 +29,12 @@ from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
 
 MAX_MESSAGE_BYTES = 4096
-MAX_OPENING_BYTES = 512 * 1024  # a challenge's opening: 2 rows x 64 instances x 2048 fp32 in base64 fits
+# A commitment names one 64-hex-digit root per instance: 64 instances (challenge_max_instances) take ~4.3 KB,
+# which the 4 KiB limit refused, so no 64-instance challenge could ever be answered.
+MAX_COMMIT_BYTES = 8 * 1024
+# A challenge's opening: 2 rows x 64 instances x 2048 fp32 (MAX_N) in base64 is 1.4 MB, plus proofs (the
+# 512 KiB once set here refused the opening of every 64-instance challenge at n >= 1024).
+MAX_OPENING_BYTES = 2 * 1024 * 1024
 RTT_EWMA_ALPHA = 0.2  # weight of a new RTT sample (TCP's SRTT uses 1/8; pings here are sparser)
 
 
@@ -173,6 +178,7 @@ def parse_message(text: str | bytes) -> dict[str, Any]:
         raise LiveError("invalid_json", "messages are JSON objects") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise LiveError("invalid_message", "expected an object with a string 'type'")
-    if len(text) > MAX_MESSAGE_BYTES and message["type"] != "opening":
-        raise LiveError("message_too_large", f"{len(text)} bytes; at most {MAX_MESSAGE_BYTES}")
+    limit = MAX_COMMIT_BYTES if message["type"] == "commit" else MAX_MESSAGE_BYTES
+    if len(text) > limit and message["type"] != "opening":
+        raise LiveError("message_too_large", f"{len(text)} bytes; at most {limit}")
     return message

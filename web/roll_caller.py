@@ -12,8 +12,9 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from capsule.challenge import LLM_PROMPT
 from web.challenges import Challenge, new_challenge, new_llm_challenge
-from web.rollcall import Proof, RollCall, due
+from web.rollcall import Proof, RollCall, due, on_time, shown
 from web.store import Store
 
 if TYPE_CHECKING:
@@ -70,8 +71,14 @@ class RollCaller:
     async def run(self, beacon: dict[str, Any]) -> RollCall:
         """The SGEMM phase: every target at once; then the llm phase is scheduled."""
         desk, now_wall = self.desk, time.time()
-        if self.latest is not None:
-            self._freeze(self.latest)
+        latest = self.latest
+        llm_due = self.config.roll_call_llm_offset_s + 5.0  # (its phase may be a moment late on a busy loop)
+        if latest is not None and latest.llm_at is None and now_wall - latest.at < llm_due:
+            # the previous one has not finished its reference-model phase: one roll call at a time
+            log.info("roll call skipped: the previous one is still running", extra={"beacon_round": beacon["round"]})
+            return latest
+        if latest is not None:
+            self._freeze(latest)
         call = RollCall(f"{beacon['round']}-{secrets.token_hex(4)}", int(beacon["round"]), now_wall)
         self.calls = [*self.calls, call][-self.config.roll_calls_kept:]
         targets = self._targets()
@@ -105,9 +112,11 @@ class RollCaller:
             claim = desk.relay.atlas.nodes[node_id].profile
             if not claim.claimed_tps:
                 continue
-            if node_id not in call.answered or "llm" not in who.answers or who.challenge is not None:
+            if "llm" not in who.answers or who.challenge is not None:
                 desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
                 continue
+            # asked even where the SGEMM answer missed its deadline: a wrong token hash is caught all the same
+            # (what it shows counts only beside an SGEMM proof of this roll call)
             ch = new_llm_challenge(node_id, claim.claimed_tps, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
                                    self.config, self.config.roll_call_target_s)
             ch.roll_call, ch.issued_at = call.id, time.time()
@@ -133,25 +142,32 @@ class RollCaller:
         call = next((c for c in reversed(self.calls) if c.id == ch.roll_call), None)
         if call is None:
             return
-        desk, node_id = self.desk, ch.node_id
+        desk, node_id, config = self.desk, ch.node_id, self.config
+        in_time = ch.commit_s is not None and on_time(ch.commit_s, config)
+        if passed and not in_time:
+            code = "after_deadline"  # right, but too late to count at this roll call (no failure)
         if ch.kind == "sgemm":
-            if passed and ch.observed_gflops is not None:
+            if passed and in_time and ch.commit_s is not None:
                 call.answered.add(node_id)
                 previous = desk.proofs.get(node_id)
                 # tokens/s proven at the previous roll call stand until this one's llm phase
-                desk.proofs[node_id] = Proof(call.id, ch.observed_gflops, len(ch.seeds),
+                desk.proofs[node_id] = Proof(call.id, shown(ch.flops / 1e9, ch.commit_s, config), len(ch.seeds),
                                              previous.tps if previous is not None else 0.0)
             else:
                 call.failed[node_id] = code
                 desk.proofs.pop(node_id, None)
         else:
             proof = desk.proofs.get(node_id)
-            if passed and observed_tps_counts and ch.observed_tps is not None:
+            if proof is not None and proof.roll_call != call.id:
+                proof = None  # no SGEMM proof of this roll call: nothing to attach tokens/s to
+            if passed and in_time and observed_tps_counts and ch.commit_s is not None:
                 call.llm_answered.add(node_id)
                 if proof is not None:
-                    proof.tps = ch.observed_tps
-            elif proof is not None:
-                proof.tps = 0.0
+                    proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, config)
+            else:
+                call.llm_failed[node_id] = code
+                if proof is not None:
+                    proof.tps = 0.0
         desk.refresh(node_id, time.time())
 
     def _freeze(self, call: RollCall) -> None:

@@ -11,10 +11,11 @@ The moment: each beacon round starts a roll call with probability beacon_interva
 drawn from the round's value (nobody, the relay included, knows it before the round exists), at
 `roll_call_delay_s` after the round was issued.
 
-What a node counts (`proven`): the claim capped at what the roll call observed x trust_cap_factor; cores only
-as many instances as it proved, each at least `core_floor_gflops`; tokens/s only from a node whose token
-hash the relay has recomputed equal at least once. Nothing for a node that joined since, was hidden, opted
-out, or did not answer, until the next roll call.
+What a node counts (`proven`): only an answer within the common deadline (on_time), and then the claim capped
+at what the answer showed (shown: observed x trust_cap_factor, at most the work given / the target time);
+cores only as many instances as it proved, each at least `core_floor_gflops`; tokens/s only from a node
+whose token hash the relay has recomputed equal at least once. Nothing for a node that joined since, was
+hidden, opted out, or did not answer in time, until the next roll call.
 """
 
 from __future__ import annotations
@@ -44,21 +45,40 @@ def due(beacon: dict[str, Any], config: RelayConfig) -> float | None:
 
 @dataclass
 class Proof:
-    """What one node proved at a roll call (raw observations; the counted figures follow its claims)."""
+    """What one node proved at a roll call: each figure already min(observed x trust_cap_factor, the work
+    it was given / roll_call_target_s) — see shown(); the counted figures also follow its claims."""
 
     roll_call: str
     gflops: float = 0.0
     instances: int = 0
-    tps: float = 0.0             # 0 until the llm phase observed it (and its hash was ever checked)
+    tps: float = 0.0             # 0 until the llm phase showed it (and its hash was ever checked)
+
+
+def on_time(net_s: float, config: RelayConfig) -> bool:
+    """Whether a roll-call answer met the common deadline (net_s: the answer's time, RTT allowance taken)."""
+    return net_s <= config.roll_call_deadline_factor * config.roll_call_target_s
+
+
+def shown(work: float, net_s: float, config: RelayConfig) -> float:
+    """What a roll-call answer shows, per second: the observed rate x the cap, but never more than the work
+    it was given over the common target time.
+
+    The bound this buys: every counted answer arrived by deadline D' = deadline_factor x target (D). A machine
+    doing C per second finishes at most C x D' of work by then, and each answer counts at most work / D, so
+    one machine counts at most deadline_factor x C at a roll call however many identities, addresses or
+    relays it answers through (1.25x by default; the RTT allowance adds at most 1 / (1 - share))."""
+    if net_s <= 0:
+        return 0.0
+    return min(work / net_s * config.trust_cap_factor, work / config.roll_call_target_s)
 
 
 def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, claimed_tps: float | None,
             config: RelayConfig) -> Contribution:
     """The node's contribution to the verified scoreboard from its latest roll call."""
-    gflops = min(claimed_gflops or 0.0, proof.gflops * config.trust_cap_factor)
-    # a core counts only where its share of what was observed reaches the floor (cores are cheap to claim)
+    gflops = min(claimed_gflops or 0.0, proof.gflops)
+    # a core counts only where its share of what was shown reaches the floor (cores are cheap to claim)
     cores = min(proof.instances, max(claimed_cores, 0), math.floor(proof.gflops / config.core_floor_gflops))
-    tps = min(claimed_tps or 0.0, proof.tps * config.trust_cap_factor)
+    tps = min(claimed_tps or 0.0, proof.tps)
     if gflops <= 0:
         return Contribution()
     return Contribution(cores=max(cores, 0), cpu_mgflops=round(gflops * MILLI), mtokens_per_sec=round(tps * MILLI))
@@ -78,6 +98,7 @@ class RollCall:
     llm_at: float | None = None
     llm_challenged: set[str] = field(default_factory=set)
     llm_answered: set[str] = field(default_factory=set)
+    llm_failed: dict[str, str] = field(default_factory=dict)
     llm_send_spread_ms: float | None = None
     proven: dict[str, float] = field(default_factory=dict)  # totals once complete (filled by the desk)
 
@@ -88,6 +109,7 @@ class RollCall:
                 "send_spread_ms": None if self.send_spread_ms is None else round(self.send_spread_ms, 3),
                 "llm": {"at": None if self.llm_at is None else round(self.llm_at, 3),
                         "challenged": len(self.llm_challenged), "answered": len(self.llm_answered),
+                        "failed": len(self.llm_failed), "failure_codes": sorted(set(self.llm_failed.values())),
                         "send_spread_ms": None if self.llm_send_spread_ms is None
                         else round(self.llm_send_spread_ms, 3)},
                 "proven": dict(self.proven)}
