@@ -105,7 +105,8 @@ class Agent:
                 load_module(default_engine(), reactor)  # compiled now, not inside the first challenge's time
             else:
                 self.say(f"{reactor} is missing: this node cannot answer challenges and stays unverified")
-            self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None).start()
+            self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
+                                       say=self.say).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)
         state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
         self.say(f"{state}; next measurement in " + (f"{wait / 3600:.1f} h" if wait >= 360 else f"{wait:.0f} s"))

@@ -156,6 +156,22 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
     agent.run()
 
 
+@main.command("status")
+@click.argument("node_id", required=False)
+@click.option("--relay", metavar="URL", required=True, help="the relay whose view to show")
+@click.option("--json", "as_json", is_flag=True, help="print the view as one JSON object")
+def status_cmd(node_id: str | None, relay: str, as_json: bool) -> None:
+    """The relay's view of a node (default: this machine's key): trust status and reason, proven vs claimed
+    figures, the last roll calls, measured links."""
+    from host_runner.status import fetch_status, render
+
+    try:
+        view = fetch_status(relay, node_id or load_key().node_id)
+    except RelayError as exc:
+        raise UserError(str(exc)) from None
+    click.echo(json.dumps(view, indent=1) if as_json else render(view))
+
+
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--recompute", is_flag=True, help="also re-run the capsule on the seeds the profile names and "

@@ -10,7 +10,9 @@ otherwise it is null with the reason: WebGPU exposes no memory size.
 
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,8 +150,21 @@ def _nvml_vram_mb(name: str) -> int | None:
     return None
 
 
+def _quiet_vulkan_loader() -> None:
+    """Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid or not set" on every adapter enumeration
+    where services (systemd units, containers) run without a login session: noise in a node's log. They
+    only want a private directory for sockets they do not need here; give them one."""
+    current = os.environ.get("XDG_RUNTIME_DIR")
+    if current and os.path.isdir(current) and os.access(current, os.W_OK):
+        return
+    private = os.path.join(tempfile.gettempdir(), f"ce-bench-runtime-{os.getuid()}")
+    os.makedirs(private, mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = private
+
+
 def probe_all(seed_hex: str, budget_s: float = 1.0) -> tuple[list[GpuResult], list[str]]:
     """Measures every adapter; returns results and, for adapters or a missing wgpu, readable notes."""
+    _quiet_vulkan_loader()
     try:
         import wgpu
     except ImportError:

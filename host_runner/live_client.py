@@ -30,7 +30,7 @@ class LiveSession:
     def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None,
                  reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer,
                  llm: LlmAnswer = llm_answer, connect_options: dict[str, Any] | None = None,
-                 pong_delay_s: float = 0.0) -> None:
+                 pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None) -> None:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
@@ -38,6 +38,7 @@ class LiveSession:
         self.connect_options = connect_options or {}  # e.g. source_address (a host with several addresses)
         self.pong_delay_s = pong_delay_s  # tests play a node that holds its pongs back (failure injection)
         self._ws: Any = None
+        self.say = say  # one line per roll call answered and per change of trust status (`ce-bench node` logs)
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
         self._answer: tuple[str, SgemmAnswer] | None = None
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
@@ -139,6 +140,17 @@ class LiveSession:
 
         threading.Thread(target=work, name="challenge-llm", daemon=True).start()
 
+    def _tell_result(self, message: dict[str, Any]) -> None:
+        """A roll call's verdict, or a failed answer, as one line for the operator."""
+        if self.say is None or not (message.get("roll_call") or not message.get("passed")):
+            return
+        observed = (f"{message['observed_gflops']:.1f} GFLOP/s" if message.get("observed_gflops") is not None
+                    else f"{message['observed_tokens_per_sec']:.1f} tokens/s"
+                    if message.get("observed_tokens_per_sec") is not None else "nothing observed")
+        where = f"roll call {message['roll_call']}" if message.get("roll_call") else "challenge"
+        self.say(f"{where} ({message.get('kind', 'sgemm')}): {message.get('verdict') or message.get('code')}, "
+                 f"observed {observed}" + ("" if message.get("passed") else f": {message.get('detail')}"))
+
     def _pong(self, ws: Any, ping_id: Any) -> None:
         if self.pong_delay_s <= 0:
             self._send(ws, {"type": "pong", "id": ping_id})
@@ -211,7 +223,11 @@ class LiveSession:
                     self._open(ws, message)
                 elif message.get("type") == "challenge_result":
                     self.results.append(message)
+                    self._tell_result(message)
                     if self._answer is not None and self._answer[0] == message.get("id"):
                         self._drop_answer()
+                elif message.get("type") == "trust":
+                    if self.say is not None:
+                        self.say(f"trust: {message.get('status')} ({message.get('reason')})")
                 elif message.get("type") == "error":
                     self.errors.append(message)

@@ -278,3 +278,51 @@ def test_forwarded_for_is_ignored_unless_the_proxy_is_trusted(tmp_path: Any) -> 
     with RelayProcess(tmp_path / "proxied", "--ip-rate", "0.1", "--trusted-proxy", "127.0.0.1") as relay:
         codes = burst(relay.url)
         assert 429 not in codes and set(codes) == {422}, sorted(set(codes))
+
+
+def test_the_operator_sees_roll_calls_trust_changes_and_the_relays_view(tmp_path: Any) -> None:
+    """A real `ce-bench node` (GPU probes on, no XDG_RUNTIME_DIR as under a service manager) logs one line per
+    roll call it answered, with the relay's verdict and the observed figure, and each change of its trust
+    status; `ce-bench status` prints the relay's view of it, as text and as JSON."""
+    import subprocess
+
+    from tests.relay_process import CLI
+
+    with RelayProcess(tmp_path / "relay", *ROLL) as relay:
+        log = tmp_path / "node.log"
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+        env["CE_BENCH_HOME"] = str(tmp_path / "home")
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([CLI, "node", "--relay", relay.url, "--no-jitter", "--budget-ms", "500"],
+                                    stdout=out, stderr=out, cwd=tmp_path, env=env)
+        try:
+            def logged() -> str:
+                t = log.read_text()
+                return t if "trust: verified" in t and ": counted, observed" in t else ""
+
+            text = until("a counted roll call and a trust change in the node's log", 240, logged)
+            assert proc.poll() is None, text
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+        lines = text.splitlines()
+        assert any("roll call" in line and "(sgemm): counted, observed" in line and "GFLOP/s" in line
+                   for line in lines), text
+        assert "XDG_RUNTIME_DIR" not in text, text
+        node_id = text.split("ce-bench node: ")[1].split(" ->")[0]
+        shown = subprocess.run([CLI, "status", node_id, "--relay", relay.url], capture_output=True, text=True,
+                               timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert f"node {node_id}" in shown.stdout and "trust: " in shown.stdout and "proven" in shown.stdout
+        assert "last roll calls:" in shown.stdout and "passed" in shown.stdout, shown.stdout
+        as_json = subprocess.run([CLI, "status", node_id, "--relay", relay.url, "--json"], capture_output=True,
+                                 text=True, timeout=60)
+        view = json.loads(as_json.stdout)
+        assert view["node_id"] == node_id and view["roll_calls"] and view["claimed"]["cpu_gflops"] > 0
+        assert view["links"], view  # the node <-> relay edge the live session co-signed
+        mine = subprocess.run([CLI, "status", "--relay", relay.url, "--json"], capture_output=True, text=True,
+                              timeout=60, env=env)  # no NODE_ID: this machine's key (CE_BENCH_HOME)
+        assert json.loads(mine.stdout)["node_id"] == node_id
+        unknown = subprocess.run([CLI, "status", NodeKey.generate().node_id, "--relay", relay.url],
+                                 capture_output=True, text=True, timeout=60)
+        assert unknown.returncode == 1 and "unknown_node" in unknown.stderr and "Traceback" not in unknown.stderr

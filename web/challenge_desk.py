@@ -78,6 +78,7 @@ class ChallengeDesk:
         self.secret = secrets.token_bytes(32)  # solo challenge moments: unpredictable from public data
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
+        self._told: dict[str, str] = {}        # the status each node was last told of on its session
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -108,6 +109,10 @@ class ChallengeDesk:
             "roll_call": proof.roll_call, "gflops_fp32": round(proof.gflops, 3), "instances": proof.instances,
             "tokens_per_sec": round(proof.tps, 3)}
         return body
+
+    def _claims(self, node_id: str) -> tuple[float | None, float | None]:
+        entry = self.relay.atlas.nodes.get(node_id)
+        return (entry.profile.claimed_gflops, entry.profile.claimed_tps) if entry else (None, None)
 
     def status(self, node_id: str, now: float) -> str:
         entry = self.relay.atlas.nodes.get(node_id)
@@ -314,8 +319,7 @@ class ChallengeDesk:
         observed_tps = ch.observed_tps if passed else None
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
         trust.record(passed, code, observed, now, self.config, observed_tps, tokens_checked)
-        if ch.roll_call is not None:
-            self.roll.on_result(ch, passed, code, trust.tokens_checked > 0)
+        verdict = self.roll.on_result(ch, passed, code, trust.tokens_checked > 0) if ch.roll_call else None
         self.refresh(ch.node_id, now)
         result = {**ch.record(), "passed": passed, "code": code, "detail": detail, "tokens_checked": tokens_checked}
         if not passed:
@@ -327,7 +331,13 @@ class ChallengeDesk:
         if notify:
             await who.send({"type": "challenge_result", "id": ch.id, "passed": passed, "code": code, "detail": detail,
                             "observed_gflops": result.get("observed_gflops"),
-                            "observed_tokens_per_sec": result.get("observed_tokens_per_sec")})
+                            "observed_tokens_per_sec": result.get("observed_tokens_per_sec"),
+                            "roll_call": ch.roll_call, "verdict": verdict, "kind": ch.kind})
+        claimed, claimed_tps = self._claims(ch.node_id)
+        status = trust.judge(claimed, now, self.config, claimed_tps)
+        if self._told.get(ch.node_id) != status[0]:  # the node hears each change of its status, with the reason
+            self._told[ch.node_id] = status[0]
+            await who.send({"type": "trust", "status": status[0], "reason": status[1]})
 
     async def _store(self, node_id: str, now: float, result: dict[str, Any]) -> None:
         await self.relay.store.write(Store.put_history_op(node_id, now, "challenge", json.dumps(result).encode(),

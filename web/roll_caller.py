@@ -137,11 +137,13 @@ class RollCaller:
             await who.send(ch.message(self.config))
         return (time.perf_counter() - first) * 1000
 
-    def on_result(self, ch: Challenge, passed: bool, code: str, observed_tps_counts: bool) -> None:
-        """Records a roll-call answer as the node's proof (the desk has recorded its trust already)."""
+    def on_result(self, ch: Challenge, passed: bool, code: str, observed_tps_counts: bool) -> str:
+        """Records a roll-call answer as the node's proof (the desk has recorded its trust already); the
+        verdict the node is told: "counted", "after_deadline", "not_counted_before_a_hash_check" or the
+        failure code."""
         call = next((c for c in reversed(self.calls) if c.id == ch.roll_call), None)
         if call is None:
-            return
+            return "roll_call_expired"
         desk, node_id, config = self.desk, ch.node_id, self.config
         in_time = ch.commit_s is not None and on_time(ch.commit_s, config)
         if passed and not in_time:
@@ -160,15 +162,20 @@ class RollCaller:
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call != call.id:
                 proof = None  # no SGEMM proof of this roll call: nothing to attach tokens/s to
-            if passed and in_time and observed_tps_counts and ch.commit_s is not None:
+            if passed and in_time and proof is None:
+                code = "no_sgemm_proof_this_roll_call"
+            if passed and code == "passed" and observed_tps_counts and ch.commit_s is not None:
                 call.llm_answered.add(node_id)
                 if proof is not None:
                     proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, config)
             else:
+                if passed and code == "passed" and not observed_tps_counts:
+                    code = "not_counted_before_a_hash_check"
                 call.llm_failed[node_id] = code
                 if proof is not None:
                     proof.tps = 0.0
         desk.refresh(node_id, time.time())
+        return "counted" if passed and code == "passed" else code
 
     def _freeze(self, call: RollCall) -> None:
         """The totals a roll call proved, kept when the next one begins (and stored)."""
