@@ -167,7 +167,7 @@ def test_a_sharp_throughput_drop_is_flagged(browser: Browser, tmp_path: Path, ar
         for _attempt in range(12):  # each new context is a new key, and a new probe order
             context = browser.new_context()
             page = context.new_page()
-            page.goto(relay.url + "/")
+            page.goto(relay.url + "/?heavy_budget_s=0.5")  # no disk or GPU phase: not judged here
             page.wait_for_function(READY, timeout=60_000)
             public = page.evaluate("async () => [...(await (await import('/keys.js')).nodeKey()).publicKey]")
             order = plan_from_beacon(beacon["value"], peer_id_from_public_key(bytes(public)), CPU_PROBES).order
