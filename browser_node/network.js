@@ -12,6 +12,8 @@ const GAUGES = [
   ["gpu_tflops", "GPU fp16", si(1e12, "FLOP/s")], ["gpu_vram_mb", "GPU memory", si(2 ** 20, "B", true)],
   ["storage_free_gb", "free storage", si(1e9, "B")], ["perf_score", "perf score", (v) => [v.toFixed(2), ""]],
 ];
+// No challenge measures these: they are shown under "claimed, not proven" only, never beside a verified figure.
+const UNPROVEN = new Set(["gpu_vram_mb", "storage_free_gb"]);
 function gauge(label, value, show) {
   const [shown, unit] = value === null || value === undefined ? ["—", ""] : show(Number(value));
   return `<div class="gauge" role="group" aria-label="${label}"><div class="value">${shown}</div>` +
@@ -44,7 +46,7 @@ async function refresh() {
     const stats = await (await fetch("/stats", { cache: "no-store" })).json();
     const mesh = stats.mesh || {};
     $("gauges").innerHTML = gauge("verified nodes", stats.verified_nodes, count) +
-      GAUGES.filter(([k]) => k !== "nodes").map(([k, label, show]) => gauge(label, stats[k], show)).join("") +
+      GAUGES.filter(([k]) => k !== "nodes" && !UNPROVEN.has(k)).map(([k, label, show]) => gauge(label, stats[k], show)).join("") +
       gauge("median RTT", mesh.median_rtt_ms, (v) => [v.toPrecision(3), "ms"]);
     $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, (stats.claimed || {})[k], show)).join("");
     const resp = await fetch("/atlas?limit=1000", { headers: etag ? { "if-none-match": etag } : {} });
@@ -60,8 +62,9 @@ async function refresh() {
         return `<tr><td data-label="node"><a href="/nodes/${n.node_id}"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></a></td>` +
           `<td data-label="trust"><span class="trust ${trust}">${trust}</span></td><td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
           `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
-          `<td data-label="GB/s" class="num">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
-          `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td><td data-label="GPU">${gpu}</td></tr>`;
+          `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
+          `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td>` +
+          `<td data-label="GPU (claimed, not proven)" class="claimed">${gpu}${n.gpus.length ? " <small>claimed, not proven</small>" : ""}</td></tr>`;
       }).join("");
     }
     await drawTotals();

@@ -451,6 +451,15 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
         verified_nodes = other.locator("#gauges .gauge").first  # compared whole: "1" in "10" would pass
         assert verified_nodes.locator(".label").inner_text() == "verified nodes"
         assert verified_nodes.locator(".value").inner_text() == "1"
+        # what no challenge measures is never shown as verified: only under "claimed, not proven"
+        proven_labels = other.locator("#gauges .gauge .label").all_inner_texts()
+        claimed_labels = other.locator("#claimed .gauge .label").all_inner_texts()
+        assert "GPU memory" not in proven_labels and "free storage" not in proven_labels, proven_labels
+        assert "GPU memory" in claimed_labels and "free storage" in claimed_labels, claimed_labels
+        headers = other.locator("#nodes thead th").all_inner_texts()
+        assert "GPU (claimed, not proven)" in headers and "GB/s (claimed, not proven)" in headers, headers
+        stats = r.get("/stats")[1]
+        assert stats["gpu_vram_mb"] is None and stats["storage_free_gb"] is None and stats["unproven"]
 
 
 AXE_VERSION = "4.14.1"  # axe-core from npm, pinned; fetched once into the build cache like Pyodide

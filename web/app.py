@@ -129,9 +129,16 @@ def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dic
     sums the same fields as the live nodes claim them."""
     claimed_block = claimed.snapshot()
     return {**verified.snapshot(), "nodes": claimed_block["nodes"], "verified_nodes": len(verified),
-            "counting": "verified: once challenges verified a node it adds its cores, and its GFLOP/s and "
-                        "tokens/s capped at what the relay observed; figures no challenge observes (GPU, "
-                        "storage; tokens/s before a reference-model challenge) appear only under claimed",
+            # no challenge measures these: null here (what cannot be proven is not a zero), figures under claimed
+            "gpu_vram_mb": None, "storage_free_gb": None,
+            "unproven": {"gpu_vram_mb": "no challenge measures GPU memory: see claimed",
+                         "storage_free_gb": "no challenge measures storage: see claimed",
+                         "gpus": "GPUs are not challenged yet: 0 proven; see claimed"},
+            "counting": "the latest roll call: every live node that answers challenges is challenged at one "
+                        "moment; a node adds its cores (instances proven, each at >= "
+                        f"{relay.config.core_floor_gflops:g} GFLOP/s), GFLOP/s and tokens/s capped at what it "
+                        "showed within the common deadline; nothing while it is not answering. Figures no "
+                        "challenge measures (GPU, storage, memory bandwidth) appear only under claimed",
             "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh()}
 
 

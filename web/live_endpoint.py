@@ -30,10 +30,14 @@ class Connection:
     probe_rng: random.Random = field(default_factory=random.Random)
     challengee: Challengee | None = None  # set once the node said hello (it answers challenges)
 
-    async def send(self, message: dict[str, Any]) -> None:
-        """Sends from outside the receive loop (the challenge desk): a closed socket is not its problem."""
+    async def send(self, message: dict[str, Any] | str) -> None:
+        """Sends from outside the receive loop (the challenge desk; a roll call passes JSON text it encoded
+        before its first send): a closed socket is not its problem."""
         with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            await self.ws.send_json(message)
+            if isinstance(message, str):
+                await self.ws.send_text(message)
+            else:
+                await self.ws.send_json(message)
 
 
 async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:

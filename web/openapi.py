@@ -27,7 +27,9 @@ STATS: dict[str, Any] = {"type": "object", "properties": {
                                                "regions": {"type": ["integer", "null"]}}}}}
 # /stats: the figures count verified capacity only; `claimed` sums the same fields as claimed
 SCOREBOARD: dict[str, Any] = {"type": "object", "properties": {
-    **STATS["properties"], "verified_nodes": {"type": "integer"}, "counting": {"type": "string"}, "claimed": STATS}}
+    **STATS["properties"], "gpu_vram_mb": {"type": "null"}, "storage_free_gb": {"type": "null"},
+    "unproven": {"type": "object"}, "verified_nodes": {"type": "integer"}, "counting": {"type": "string"},
+    "claimed": STATS}}
 TRUST = {"type": "object", "required": ["status", "reason", "score", "observed", "counted", "challenges"],
          "properties": {
     "status": {"enum": ["unverified", "verified", "flagged"]}, "reason": {"type": "string"},
@@ -87,6 +89,15 @@ def document() -> dict[str, Any]:
                                "responses": {"200": json_ok("FabricStats", SCOREBOARD)}}},
             "/stats/history": {"get": {"summary": "The verified and claimed totals over time (in memory)",
                                        "responses": {"200": json_ok("samples", {"type": "object"})}}},
+            "/v1/roll-calls": {"get": {
+                "summary": "Roll calls, latest first: id, beacon round, moment, sessions challenged, answered, "
+                           "proven totals, send spread",
+                "parameters": [
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "before", "in": "query", "schema": {"type": "number"}}],
+                "responses": {"200": json_ok("a page", {"type": "object", "properties": {
+                    "roll_calls": {"type": "array"}, "next_before": NUM_OR_NULL}}),
+                    "400": problem("bad parameter")}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

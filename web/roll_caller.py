@@ -130,11 +130,12 @@ class RollCaller:
         separates the first from the last); the spread in ms on the relay's clock."""
         if not planned:
             return None
+        texts = [json.dumps(ch.message(self.config)) for _, ch in planned]  # encoded before the first send
         first = time.perf_counter()
-        for who, ch in planned:
+        for (who, ch), text in zip(planned, texts, strict=True):
             ch.sent_at = time.perf_counter()  # each answer is timed from its own send
             who.challenge = ch
-            await who.send(ch.message(self.config))
+            await who.send(text)
         return (time.perf_counter() - first) * 1000
 
     def on_result(self, ch: Challenge, passed: bool, code: str, observed_tps_counts: bool) -> str:

@@ -1,0 +1,160 @@
+"""Roll calls at scale (issue 20): how spread the relay's sends are when it challenges every live session at
+once, what a roll call costs the relay, and what an honest node shows at roll calls.
+
+    .venv/bin/python bench/roll_call.py [--steps 100,1000] [--roll-calls 3]
+
+Method: one relay process (roll calls every ~8 s: beacon rounds every 1 s; target 1 s). A load generator (one
+asyncio process, the session of bench/relay_sessions.py plus a hello) registers N nodes and opens N live
+sessions that say hello (they are challenged) but never answer: the relay's send path and its expiry of
+unanswered challenges are what is measured, not the answers' recomputation. Beside them one honest node, a
+real LiveSession with the capsule's reactor, answers every challenge. Figures per step: the roll calls' send
+spread (GET /v1/roll-calls: first to last send on the relay's clock) against the target (<= 10% of the
+challenge's 1 s), the relay's CPU seconds in the 2 s after each roll call began, and the honest node's
+observed / claimed GFLOP/s at roll calls (median). Reference in the same run: the spread at the first step.
+The generator and the honest node share the 2 cores with the relay: figures are upper bounds for the relay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from websockets.asyncio.client import connect  # noqa: E402
+
+from bench.relay_load import post_request, run_closed_loop  # noqa: E402
+from bench.relay_sessions import beats, cpu_s  # noqa: E402
+from capsule.signing import sign  # noqa: E402
+from common.keys import NodeKey  # noqa: E402
+from host_runner.live_client import LiveSession  # noqa: E402
+from tests.relay_process import RelayProcess  # noqa: E402
+from tests.samples import sample_profile  # noqa: E402
+
+RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "8",
+         "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
+
+
+async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged: list[int]) -> None:
+    """Says hello, beats and pongs, and lets every challenge go unanswered."""
+    async with connect(url, open_timeout=60, max_size=2**22, ping_interval=None) as ws:
+        welcome = json.loads(await ws.recv())
+        await ws.send(json.dumps({"type": "hello", "answers": ["sgemm"]}))
+        beat = asyncio.create_task(beats(ws, key, welcome["session"], float(welcome["heartbeat_interval_s"]), {},
+                                         stop))
+        try:
+            async for frame in ws:
+                if isinstance(frame, bytes):
+                    await ws.send(json.dumps({"type": "bw_ack", "n": len(frame)}))
+                    continue
+                message = json.loads(frame)
+                if message.get("type") == "ping":
+                    await ws.send(json.dumps({"type": "pong", "id": message["id"]}))
+                elif message.get("type") == "challenge":
+                    challenged[0] += 1
+                elif message.get("type") == "cosign":
+                    await ws.send(json.dumps({"type": "cosigned",
+                                              "sample": sign("LinkSample", message["sample"], key, "sig_a")}))
+        finally:
+            beat.cancel()
+
+
+def roll_calls(relay: RelayProcess) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(relay.url + "/v1/roll-calls?limit=1000", timeout=30) as r:
+        return list(json.loads(r.read())["roll_calls"])
+
+
+async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count: int) -> dict[str, float]:
+    url = relay.url.replace("http://", "ws://") + "/v1/live"
+    stop, challenged = asyncio.Event(), [0]
+    tasks = []
+    for i, key in enumerate(keys):
+        tasks.append(asyncio.create_task(silent_session(url, key, stop, challenged)))
+        if i % 200 == 199:
+            await asyncio.sleep(0.2)
+    await asyncio.sleep(8)  # every session said hello and beat
+    assert relay.proc is not None
+    seen = {c["id"] for c in roll_calls(relay)}
+    spreads: list[float] = []
+    cpu: list[float] = []
+    deadline = time.monotonic() + 300
+    while len(spreads) < count and time.monotonic() < deadline:
+        before = cpu_s(relay.proc.pid)
+        await asyncio.sleep(0.5)
+        fresh = [c for c in roll_calls(relay) if c["id"] not in seen and c["sessions_challenged"] >= len(keys)]
+        if not fresh:
+            continue
+        call = fresh[-1]
+        seen.add(call["id"])
+        await asyncio.sleep(2.0)
+        cpu.append(cpu_s(relay.proc.pid) - before)
+        spreads.append(call["send_spread_ms"])
+    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{honest.node_id}/history", timeout=30) as r:
+        events = json.loads(r.read())["events"]
+    claim = next(e for e in reversed(events) if e["event"] == "profile")["cpu_gflops"]
+    ratios = [e["observed_gflops"] / claim for e in events if e["event"] == "challenge" and e.get("roll_call")
+              and e["kind"] == "sgemm" and e["passed"]]
+    stop.set()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {"spread_ms": statistics.median(spreads) if spreads else float("nan"),
+            "spread_max_ms": max(spreads) if spreads else float("nan"),
+            "relay_cpu_s": statistics.median(cpu) if cpu else float("nan"), "roll_calls": len(spreads),
+            "honest_ratio": statistics.median(ratios) if ratios else float("nan"), "honest_n": len(ratios)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", default="100,1000")
+    parser.add_argument("--roll-calls", type=int, default=3)
+    args = parser.parse_args()
+    steps = [int(x) for x in args.steps.split(",")]
+    capsule = ROOT / "build" / "capsule.wasm"
+    with tempfile.TemporaryDirectory() as tmp:
+        relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
+        try:
+            with urllib.request.urlopen(relay.url + "/beacon") as r:
+                beacon: dict[str, Any] = json.loads(r.read())
+            pairs = [sample_profile(beacon=beacon) for _ in range(max(steps))]
+            reqs = [post_request("127.0.0.1", relay.port, "/v1/profiles", json.dumps(p).encode()) for _, p in pairs]
+            _, statuses, _ = asyncio.run(run_closed_loop("127.0.0.1", relay.port, reqs, 32))
+            assert all(s == 201 for s in statuses), "registration failed"
+            from host_runner.node import RunOptions, measure
+            from host_runner.relay_client import fetch_beacon, post_profile
+
+            honest = NodeKey.generate()
+            opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=False, jitter=False, scratch=Path(tmp))
+            post_profile(relay.url, measure(honest, fetch_beacon(relay.url), opts).profile)
+            node = LiveSession(relay.url, honest, reactor_wasm=capsule.with_name("capsule-reactor.wasm")).start()
+            reference = None
+            try:
+                for n in steps:
+                    got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls))
+                    reference = reference or got["spread_ms"]
+                    print(f"{n:>6} sessions + 1 honest: {got['roll_calls']} roll calls, send spread median "
+                          f"{got['spread_ms']:.1f} ms (max {got['spread_max_ms']:.1f}; "
+                          f"x{got['spread_ms'] / reference:.1f} the {steps[0]}-session spread; target <= 100 ms = 10% "
+                          "of the 1 s challenge), relay CPU "
+                          f"{got['relay_cpu_s']:.2f} s in the 2.5 s around each, honest observed/claimed "
+                          f"{got['honest_ratio']:.2f} (median of {got['honest_n']})", flush=True)
+            finally:
+                node.stop()
+        finally:
+            relay.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    threading.excepthook = lambda args: None  # a LiveSession thread ending with the relay is not news
+    sys.exit(main())
