@@ -66,7 +66,9 @@ class VivaldiNode:
     """One node's coordinate and the state Serf's client keeps for it."""
 
     config: VivaldiConfig = DEFAULT
-    coord: Coordinate = field(default_factory=Coordinate.origin)
+    # None: the origin of `config` (a default_factory cannot see the config; Coordinate.origin() of DEFAULT gave
+    # a node of any other dimensionality a coordinate that refused every peer of its own)
+    coord: Coordinate = None  # type: ignore[assignment]
     seed: int = 0
     _filters: dict[str, deque[float]] = field(default_factory=dict)
     _adjustments: list[float] = field(default_factory=list)
@@ -74,6 +76,8 @@ class VivaldiNode:
     updates: int = 0
 
     def __post_init__(self) -> None:
+        if self.coord is None:
+            self.coord = Coordinate.origin(self.config)
         self._rng = random.Random(self.seed)
         self._adjustments = [0.0] * self.config.adjustment_window
 

@@ -1,0 +1,169 @@
+"""web/links.py's LinkBook beyond tests/test_links.py: the triangle's two bounds at their edges and the refusal
+a node reads, the relay's config, newer-only samples, both endpoints moving as Serf clients that see each
+other's coordinate from before the sample, rebuilding from storage, and the throttled mesh block (mutation
+testing: scripts/mutants). Samples here are verified already (the book does not check signatures)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fabric.vivaldi import Coordinate, VivaldiNode
+from web.config import RelayConfig
+from web.links import MESH_REFRESH_S, LinkBook, coordinate_seed
+from web.problems import Problem
+
+R = "relay"
+
+
+def sample(a: str, b: str, rtt_ms: float, measured_at: int = 100) -> dict[str, Any]:
+    return {"a": a, "b": b, "rtt_ms": rtt_ms, "jitter_ms": 0.1, "loss": 0.0, "bw_mbps": None,
+            "measured_at": measured_at, "sig_a": "x", "sig_b": "y"}
+
+
+def measured_book(config: RelayConfig | None = None, rtt_a: float = 10.0, rtt_b: float = 30.0) -> LinkBook:
+    """A book whose relay measured node a at rtt_a and node b at rtt_b (stored as relay->node and node->relay)."""
+    book = LinkBook(R, config)
+    book.add(sample(R, "a", rtt_a), True)
+    book.add(sample("b", R, rtt_b), True)
+    return book
+
+
+def test_the_relay_finds_its_own_edges_whichever_side_it_was_on() -> None:
+    book = measured_book()
+    assert (book.relay_rtt_ms("a"), book.relay_rtt_ms("b"), book.relay_rtt_ms("c")) == (10.0, 30.0, None)
+    assert book.measured("a", R) is book.measured(R, "a") is not None
+    assert book.measured("a", "b") is None
+    assert book.judge(sample(R, "c", 50.0)) is True  # the relay's own edge: measured by itself
+
+
+def test_both_bounds_of_the_triangle_at_their_edges() -> None:
+    # factor 2, slack 5 ms; the relay measured a at 10 and b at 30: low (|10-30| - 5) / 2 = 7.5, high 2 * 40 + 5
+    book = measured_book()
+    assert book.judge(sample("a", "b", 7.5)) is True
+    assert book.judge(sample("a", "b", 7.4)) is False
+    assert book.judge(sample("a", "b", 85.0)) is True
+    with pytest.raises(Problem) as refused:
+        book.judge(sample("a", "b", 85.5))
+    p = refused.value
+    assert (p.status, p.code, p.title, p.field) == (422, "inconsistent_rtt",
+                                                     "the RTT contradicts this relay's own measurements", "$.rtt_ms")
+    assert p.detail == ("85.5 ms between endpoints this relay measured at 10.0 ms and 30.0 ms; the triangle "
+                        "inequality through this relay allows at most 85.000 ms (factor 2, slack 5 ms)")
+
+
+def test_the_bounds_come_from_the_relays_config() -> None:
+    book = measured_book(RelayConfig(link_tiv_factor=1.5, link_slack_ms=1.0))
+    # low (20 - 1) / 1.5 = 12.67, high 1.5 * 40 + 1 = 61
+    assert book.judge(sample("a", "b", 12.6)) is False and book.judge(sample("a", "b", 12.7)) is True
+    assert book.judge(sample("a", "b", 61.0)) is True
+    with pytest.raises(Problem):
+        book.judge(sample("a", "b", 61.5))
+
+
+def test_only_a_newer_sample_replaces_the_stored_one() -> None:
+    book = LinkBook(R)
+    assert book.add(sample("a", "b", 20.0, measured_at=200), False) is True
+    assert book.add(sample("b", "a", 90.0, measured_at=100), True) is False
+    stored = book.measured("a", "b")
+    assert stored is not None and (stored["rtt_ms"], stored["measured_at"]) == (20.0, 200)
+    assert book.unconfirmed == {("a", "b")}  # the refused older sample changed nothing
+    assert book.add(sample("b", "a", 25.0, measured_at=200), True) is True  # same time: taken
+    assert book.unconfirmed == set() and book.measured("a", "b") == sample("b", "a", 25.0, measured_at=200)
+
+
+def test_unknown_nodes_have_no_coordinate() -> None:
+    book = measured_book()
+    assert book.coordinate("nobody") is None and book.coordinate("a") is not None
+
+
+def copy(c: Coordinate) -> Coordinate:
+    return Coordinate(list(c.vec), c.error, c.adjustment, c.height)
+
+
+def test_confirmed_samples_move_both_endpoints_as_serf_clients() -> None:
+    """Each endpoint updates against the other's coordinate from before the sample, under its own filter per
+    peer, seeded by its NodeId: replayed here on bare VivaldiNodes."""
+    edges = [(R, "a", 10.0), (R, "b", 30.0), ("a", "b", 35.0), (R, "c", 12.0), ("a", "c", 14.0),
+             ("a", "b", 33.0), ("a", "c", 60.0), ("a", "c", 58.0), ("a", "b", 36.0), ("c", "b", 31.0)]
+    book = LinkBook(R)
+    ref: dict[str, VivaldiNode] = {}
+    for t, (x, y, rtt) in enumerate(edges):
+        assert book.add(sample(x, y, rtt, measured_at=t), True) is True
+        nx = ref.setdefault(x, VivaldiNode(seed=coordinate_seed(x)))
+        ny = ref.setdefault(y, VivaldiNode(seed=coordinate_seed(y)))
+        before = copy(nx.coord)
+        nx.update(y, ny.coord, rtt)
+        ny.update(x, before, rtt)
+    for node, expected in ref.items():
+        assert book.coordinate(node) == expected.coord, node
+
+
+def test_two_books_fed_alike_agree() -> None:
+    books = [measured_book(), measured_book()]
+    for book in books:
+        book.add(sample("a", "b", 35.0, measured_at=101), True)
+    assert [books[0].coordinate(n) for n in (R, "a", "b")] == [books[1].coordinate(n) for n in (R, "a", "b")]
+
+
+def test_an_unconfirmed_sample_puts_its_endpoints_on_the_map_unmoved() -> None:
+    book = LinkBook(R)
+    assert book.add(sample("a", "b", 20.0), False) is True
+    origin = Coordinate.origin()
+    assert book.coordinate("a") == origin and book.coordinate("b") == origin
+
+
+def test_load_takes_the_relays_own_edges_first_and_judges_the_rest() -> None:
+    stored = [sample("a", "b", 35.0, measured_at=1),   # fits once a and b are measured (they come later)
+              sample("a", "c", 20.0, measured_at=2),   # c is never measured by the relay
+              sample("b", "a", 200.0, measured_at=3),  # newer, beyond the triangle: kept, moves nothing
+              sample(R, "a", 10.0, measured_at=4), sample("b", R, 30.0, measured_at=5)]
+    book = LinkBook(R)
+    book.load(stored)
+    assert book.unconfirmed == {("a", "b"), ("a", "c")}
+    assert book.measured("a", "b") == stored[2] and book.relay_rtt_ms("b") == 30.0
+    assert set(book.nodes) == {R, "a", "b", "c"} and book.coordinate("c") == Coordinate.origin()
+
+    fitting = LinkBook(R)
+    fitting.load(stored[:2] + stored[3:])
+    assert fitting.unconfirmed == {("a", "c")}
+    expected = LinkBook(R)  # the same as the relay's own edges arriving first, then the node-node ones
+    for s in (stored[3], stored[4], stored[0]):
+        expected.add(s, True)
+    assert fitting.coordinate("a") == expected.coordinate("a") != Coordinate.origin()
+    assert fitting.coordinate("b") == expected.coordinate("b")
+
+
+def test_the_fabric_map_holds_the_coordinates_and_the_measured_edges() -> None:
+    book = measured_book()
+    book.add(sample("a", "b", 35.0, measured_at=101), True)
+    fmap = book.fabric_map()
+    assert fmap.node_ids == sorted([R, "a", "b"])
+    a, b = book.coordinate("a"), book.coordinate("b")
+    assert a is not None and b is not None
+    assert fmap.predicted_rtt("a", "b") == a.distance(b)
+    assert (fmap.measured_rtt("b", "a"), fmap.measured_rtt("a", R), fmap.measured_rtt("b", R)) == (35.0, 10.0, 30.0)
+
+
+EMPTY_MESH = {"median_rtt_ms": None, "reachable_frac": None, "regions": None}
+
+
+def test_the_mesh_block_is_recomputed_at_most_every_refresh_interval() -> None:
+    book = LinkBook(R)
+    assert book.mesh(now=100.0) == EMPTY_MESH and book.region_of == {}
+    book.add(sample(R, "a", 10.0), True)
+    book.add(sample(R, "b", 30.0), True)
+    assert book.mesh(now=MESH_REFRESH_S / 2) == EMPTY_MESH  # not yet: the mesh is from time 0
+    first = book.mesh(now=MESH_REFRESH_S)
+    assert first == {"median_rtt_ms": 20.0, "reachable_frac": 1.0, "regions": len(book.fabric_map().regions())}
+    assert set(book.region_of) == {R, "a", "b"}
+    book.add(sample("a", "b", 35.0, measured_at=101), True)
+    assert book.mesh(now=MESH_REFRESH_S + 1.0) == first  # dirty, but computed a second ago
+    assert book.mesh(now=2 * MESH_REFRESH_S)["median_rtt_ms"] == 30.0
+
+
+def test_the_mesh_block_uses_the_monotonic_clock_by_default() -> None:
+    book = LinkBook(R)
+    book.add(sample(R, "a", 10.0), True)
+    assert book.mesh()["median_rtt_ms"] == 10.0
