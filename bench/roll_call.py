@@ -3,7 +3,7 @@ once, what a roll call costs the relay, and what an honest node shows at roll ca
 
     .venv/bin/python bench/roll_call.py [--steps 100,1000] [--roll-calls 3]
 
-Method: one relay process (roll calls every ~8 s: beacon rounds every 1 s; target 1 s). A load generator (one
+Method: one relay process (a roll call every 8 s: beacon rounds every 1 s; target 1 s). A load generator (one
 asyncio process, the session of bench/relay_sessions.py plus a hello) registers N nodes and opens N live
 sessions that say hello (they are challenged) but never answer: the relay's send path and its expiry of
 unanswered challenges are what is measured, not the answers' recomputation. Beside them one honest node, a
@@ -42,7 +42,7 @@ from tests.relay_process import RelayProcess  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
 
 RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "8",
-         "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
+         "--roll-call-min-gap-s", "8", "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
 
 
 async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged: list[int]) -> None:

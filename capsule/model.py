@@ -171,6 +171,21 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class Transcript:
+    """A relay's record of one challenge it ran (web/transcripts.py): what it asked, the node's commitment and
+    openings, and its own timing, signed by the relay, so the other relays of a cluster re-check the work
+    and keep the same trust. Only relays an operator names as peers are believed (they attest the timing)."""
+
+    v: int = spec(minimum=1, maximum=1)
+    relay: str = node_id_field("the relay that ran the challenge")
+    node_id: str = node_id_field("the node challenged")
+    roll_call: str | None = spec(max_length=100, description="the roll call it belonged to, if any")
+    at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds", description="when the result was recorded")
+    challenge: dict[str, Any] = spec(description="the challenge, the node's answer and the relay's verdict")
+    sig: str = spec(pattern=B64URL_SIG)
+
+
+@dataclass(frozen=True)
 class RecordKind:
     """Everything the code needs to know about one signed record kind, in one place: its class (schema),
     and who signs it — each (signature field, field holding the signer's NodeId). The signed message leaves
@@ -190,4 +205,5 @@ REGISTRY: dict[str, RecordKind] = {
     "Beacon": RecordKind(Beacon, (("sig", "relay"),)),
     "Heartbeat": RecordKind(Heartbeat, (("sig", "node_id"),)),
     "JobReceipt": RecordKind(JobReceipt, (("sig", "node_id"),)),
+    "Transcript": RecordKind(Transcript, (("sig", "relay"),)),
 }

@@ -416,8 +416,8 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
     """The join page answers the relay's challenges in its probe workers with the capsule's own code and
     becomes verified; a hidden tab opts out and is not challenged any more."""
     fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
-            "--challenge-llm-check-fraction", "1", "--beacon-interval", "1", "--roll-call-interval-s", "3",
-            "--roll-call-llm-offset-s", "2", "--roll-call-target-s", "1"]
+            "--challenge-llm-check-fraction", "1", "--beacon-interval", "1", "--roll-call-interval-s", "5",
+            "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5", "--roll-call-target-s", "1"]
     with RelayProcess(tmp_path / "data", *fast) as r:
         profile = join(page, r)
         node_id = profile["node_id"]

@@ -24,10 +24,10 @@ from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
 
-# roll calls every ~4 s (beacon rounds every 1 s), their reference-model phase 2 s after the SGEMM one
+# a roll call every 6 s (beacon rounds every 1 s), its reference-model phase 3 s after the SGEMM one
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
-        "--beacon-interval", "1", "--roll-call-interval-s", "4", "--roll-call-llm-offset-s", "2",
-        "--roll-call-target-s", "1"]
+        "--beacon-interval", "1", "--roll-call-interval-s", "6", "--roll-call-min-gap-s", "6",
+        "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from capsule import plausibility
 from web.challenges import implausible, net_time_s, new_challenge, new_llm_challenge
 from web.config import RelayConfig
-from web.rollcall import Proof, counted, draw, due, on_time, shown
+from web.rollcall import Proof, counted, draw, due, gap_rounds, on_time, shown
 from web.stats import MILLI, Contribution
 
 CONFIG = RelayConfig()
@@ -19,19 +19,23 @@ BEACON = {"round": 7, "value": "ab" * 32, "issued_at": 1_000}
 
 
 def test_roll_call_rounds_follow_the_draw_at_the_configured_rate() -> None:
-    config = RelayConfig(beacon_interval_s=10.0, roll_call_interval_s=600.0)
+    config = RelayConfig(beacon_interval_s=10.0, roll_call_interval_s=600.0, roll_call_min_gap_s=60.0)
+    assert gap_rounds(config) == 6
     values = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(60_000)]
-    starts = [due({"value": v, "issued_at": 1_000}, config) for v in values]
+    starts = [due({"round": i, "value": v, "issued_at": 1_000}, config) for i, v in enumerate(values)]
     rate = sum(s is not None for s in starts) / len(values)
-    # a binomial share of 1/60 over 60,000 rounds: sd = 0.00052; 5 sd either side
+    # one round in 60 on average (one eligible round in 6, each with chance 6/60): sd = 0.00052; 5 sd either side
     assert abs(rate - 1 / 60) < 5 * 0.00052, rate
     assert {s for s in starts if s is not None} == {1_000 + config.roll_call_delay_s}
-    # the decision is the round's own draw, nothing else
-    for v in values[:200]:
-        assert (due({"value": v, "issued_at": 5}, config) is not None) == (draw(v) < 1 / 60)
-    # an interval below the beacon's: every round starts one
-    fast = RelayConfig(beacon_interval_s=10.0, roll_call_interval_s=5.0)
-    assert all(due({"value": v, "issued_at": 0}, fast) is not None for v in values[:100])
+    # never two within the minimum gap, and the decision is the round's number and its own draw, nothing else
+    rounds = [i for i, s in enumerate(starts) if s is not None]
+    assert min(b - a for a, b in zip(rounds, rounds[1:], strict=False)) >= gap_rounds(config)
+    for i, v in enumerate(values[:600]):
+        assert (due({"round": i, "value": v, "issued_at": 5}, config) is not None) == (i % 6 == 0 and draw(v) < 0.1)
+    # an interval at or below the gap: every eligible round starts one
+    fast = RelayConfig(beacon_interval_s=1.0, roll_call_interval_s=3.0, roll_call_min_gap_s=3.0)
+    assert all((due({"round": i, "value": v, "issued_at": 0}, fast) is not None) == (i % 3 == 0)
+               for i, v in enumerate(values[:100]))
 
 
 def test_counted_is_the_claim_capped_at_what_was_shown() -> None:

@@ -31,7 +31,8 @@ from tests.relay_process import CLI, RelayProcess
 
 FAST = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
         "--heartbeat-interval", "0.5", "--challenge-llm-check-fraction", "1", "--beacon-interval", "1",
-        "--roll-call-interval-s", "3", "--roll-call-llm-offset-s", "2", "--roll-call-target-s", "1"]
+        "--roll-call-interval-s", "5", "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5",
+        "--roll-call-target-s", "1"]
 VERIFY_WITHIN_S = 180  # the bound for an honest node (and for flagging a liar)
 
 

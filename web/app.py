@@ -179,6 +179,21 @@ async def roll_calls(request: Request) -> Response:
                                    "(SGEMM, then the reference model); proven totals are capped at claims"})
 
 
+async def relays(request: Request) -> Response:
+    """The relays of this cluster: this one and the peers heard from, with the leader whose beacon draws
+    roll calls."""
+    relay = relay_of(request)
+    now = time.time()
+    cluster = relay.cluster
+    seen = dict(cluster.peers_seen) if cluster is not None else {}
+    leader = cluster.leader(now) if cluster is not None else relay.relay_id
+    rows = [{"relay": relay.relay_id, "self": True, "last_seen": now}] + [
+        {"relay": r, "self": False, "last_seen": seen.get(r)} for r in relay.config.cluster_peers]
+    for row in rows:
+        row["leader"] = row["relay"] == leader
+    return JSONResponse({"relays": rows, "leader": leader})
+
+
 async def post_link(request: Request) -> Response:
     relay = relay_of(request)
     relay.check_ip(client_ip(request))
@@ -277,6 +292,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
         Route("/stats/history", stats_history), Route("/v1/roll-calls", roll_calls),
+        Route("/v1/relays", relays),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),
         WebSocketRoute("/v1/live", live)]

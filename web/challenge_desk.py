@@ -38,6 +38,7 @@ from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted
 from web.stats import Contribution
 from web.store import Store
+from web.transcripts import TranscriptError, check_transcript, transcript_body
 from web.trust import Trust
 
 if TYPE_CHECKING:
@@ -268,6 +269,32 @@ class ChallengeDesk:
             return
         await self._finish(who, True, "passed", "token hash recomputed and equal", tokens_checked=True)
 
+    async def apply_transcript(self, transcript: dict[str, Any]) -> None:
+        """A peer relay's challenge transcript (signature checked by the caller): believed only from a named
+        peer, its work re-checked (web/transcripts.py), then recorded as if this relay had run it, so every
+        relay of the cluster keeps the same trust and roll-call proofs. Raises TranscriptError."""
+        origin = str(transcript["relay"])
+        if origin == self.relay.relay_id:
+            return
+        if origin not in self.config.cluster_peers:
+            raise TranscriptError("not_a_peer", f"{origin} is not a relay of this cluster (--cluster-peer)")
+        ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
+        c = transcript["challenge"]
+        passed, code = bool(c.get("passed")), str(c.get("code"))
+        if passed and implausible(ch) is not None:
+            raise TranscriptError("wrong_transcript", f"passed an answer beyond physics: {implausible(ch)}")
+        if ch.node_id not in self.relay.atlas.nodes:
+            raise TranscriptError("unknown_node", "no profile of this node here yet")
+        now = min(float(transcript["at"]), time.time())
+        trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
+        trust.record(passed, code, ch.observed_gflops if passed else None, now, self.config,
+                     ch.observed_tps if passed else None, bool(c.get("tokens_checked")))
+        if ch.roll_call:
+            self.roll.on_remote_result(ch, passed, c.get("verdict"))
+        self.refresh(ch.node_id, time.time())
+        await self._store(ch.node_id, now, {**ch.record(), "passed": passed, "code": code, "relay": origin,
+                                            "tokens_checked": bool(c.get("tokens_checked"))})
+
     def _llm_hash(self, seed: int, decode: int) -> str:
         """The reference model's token hash for a challenge, by the capsule's own reactor (a worker thread)."""
         with self._llm_lock:
@@ -279,6 +306,7 @@ class ChallengeDesk:
         try:
             ch = self._current(who, message)
             opened = parse_opening(ch, message, time.perf_counter(), self.config)
+            ch.opened_items = message.get("rows")
             ch.checking = True
             # the recomputation (numpy, ~1 ms) runs off the event loop all the same
             worst = await asyncio.to_thread(check_opened, ch, opened, self.rng, self.config)
@@ -328,6 +356,9 @@ class ChallengeDesk:
                                      "observed_gflops": result.get("observed_gflops"),
                                      "observed_tokens_per_sec": result.get("observed_tokens_per_sec")})
         await self._store(ch.node_id, now, result)
+        if self.relay.cluster is not None:  # the other relays re-check it and keep the same trust
+            self.relay.cluster.publish_transcript(transcript_body(
+                self.relay.relay_id, ch, ch.beacon_value, passed, code, verdict, tokens_checked, now))
         if notify:
             await who.send({"type": "challenge_result", "id": ch.id, "passed": passed, "code": code, "detail": detail,
                             "observed_gflops": result.get("observed_gflops"),

@@ -71,7 +71,8 @@ class Challenge:
     roots: list[bytes] | None = None
     commit_s: float | None = None      # commitment received - sent - the RTT allowance (net_time_s)
     roll_call: str | None = None       # the roll call it belongs to (None: a solo challenge)
-    instances_proven: int = 0          # len(seeds) once the answer passed
+    opened_items: list[Any] | None = None  # the node's opening as it came (the transcript carries it)
+    beacon_value: str = ""             # the round's value the seeds come from
     rows: list[tuple[int, int]] = field(default_factory=list)
     open_sent_at: float | None = None
 
@@ -148,7 +149,8 @@ def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: 
     per_instance = max(claimed_gflops / k, config.core_floor_gflops)
     reps = reps_for(per_instance * k, k, n, target_s if target_s is not None else config.challenge_target_s)
     seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
-    return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0)
+    return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0,
+                     beacon_value=str(beacon["value"]))
 
 
 def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], nonce: str, rtt_ms: float | None,
@@ -156,7 +158,7 @@ def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], 
     target = target_s if target_s is not None else config.challenge_target_s
     return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, 0)], beacon["round"], nonce,
                      0.0, now, rtt_ms or 0.0, kind="llm", decode=decode_for(claimed_tps, target),
-                     claimed_tps=claimed_tps)
+                     claimed_tps=claimed_tps, beacon_value=str(beacon["value"]))
 
 
 def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, verified: bool,

@@ -36,6 +36,8 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
     "--roll-call-interval-s": ("roll_call_interval_s", click.FloatRange(0.1), "mean seconds between roll calls "
                                "(every live session challenged at one moment; the verified scoreboard is the "
                                "latest)"),
+    "--roll-call-min-gap-s": ("roll_call_min_gap_s", click.FloatRange(0.1), "seconds at least between roll "
+                              "calls (one at a time)"),
     "--roll-call-llm-offset-s": ("roll_call_llm_offset_s", click.FloatRange(0.1), "seconds from a roll call's "
                                  "SGEMM challenges to its reference-model challenges"),
     "--roll-call-target-s": ("roll_call_target_s", click.FloatRange(0.05), "seconds of work a roll-call "
@@ -61,6 +63,9 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
                      help="a reverse proxy whose X-Forwarded-For / X-Forwarded-Proto headers are believed "
                           "(repeatable); without it, proxy headers are ignored and the peer address counts"),
+        click.option("--cluster-peer", "cluster_peers", multiple=True, metavar="RELAY_ID",
+                     help="another relay of this NATS cluster (its relay id, 12D3KooW...; repeatable): its roll "
+                          "calls, beacon and challenge transcripts are believed once re-checked"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
         click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
@@ -69,10 +74,10 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
     def wrapper(host: str, port: int, data_dir: Path, nats: str | None, log_level: str, tls: bool,
-                trusted_proxies: tuple[str, ...], **kwargs: Any) -> Any:
+                trusted_proxies: tuple[str, ...], cluster_peers: tuple[str, ...], **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats,
-                             trusted_proxies=tuple(trusted_proxies), **tunables)
+                             trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers), **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 
     command: Callable[..., Any] = wrapper

@@ -22,9 +22,12 @@ import nats
 from nats.errors import Error as NatsError
 from nats.js.errors import Error as JetStreamError
 
+from capsule.signing import SignatureError, sign, verify_record
+from capsule.typed import ValidationError
 from web.ingest import verify_profile
 from web.problems import Problem
 from web.store import Store
+from web.transcripts import TranscriptError
 
 if TYPE_CHECKING:
     from web.relay import Relay
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("ce.relay.cluster")
 SUBJECT_PROFILES = "ce.atlas.profiles"
 SUBJECT_HEARTBEATS = "ce.atlas.heartbeats"
+SUBJECT_BEACONS = "ce.relays.beacons"        # every relay's signed rounds: presence, and the leader's draw roll calls
+SUBJECT_TRANSCRIPTS = "ce.trust.transcripts"  # signed challenge transcripts (web/transcripts.py)
 RESYNC_INTERVAL_S = 1.0
 
 
@@ -44,6 +49,8 @@ class Cluster:
         self.kv: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._catch_up_needed = asyncio.Event()
+        self.peers_seen: dict[str, float] = {}  # peer relay id -> unix time of its latest beacon round
+        self.sessions_elsewhere: dict[str, dict[str, float]] = {}  # node id -> {relay id: last heartbeat there}
 
     async def start(self) -> None:
         self.nc = await nats.connect(
@@ -52,6 +59,8 @@ class Cluster:
             disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected)
         await self.nc.subscribe(SUBJECT_PROFILES, cb=self._on_profile_message)
         await self.nc.subscribe(SUBJECT_HEARTBEATS, cb=self._on_heartbeat_message)
+        await self.nc.subscribe(SUBJECT_BEACONS, cb=self._on_beacon_message)
+        await self.nc.subscribe(SUBJECT_TRANSCRIPTS, cb=self._on_transcript_message)
         self._catch_up_needed.set()
         self._tasks = [asyncio.create_task(self._sync_loop())]
 
@@ -133,7 +142,59 @@ class Cluster:
 
     def publish_heartbeat(self, node_id: str) -> None:
         if self.nc is not None and self.nc.is_connected:
-            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_HEARTBEATS, node_id.encode())))
+            body = json.dumps({"node_id": node_id, "relay": self.relay.relay_id}).encode()
+            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_HEARTBEATS, body)))
+            self._tasks = [t for t in self._tasks if not t.done()]
+
+    def publish_beacon(self, beacon: dict[str, Any]) -> None:
+        if self.nc is not None and self.nc.is_connected:
+            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_BEACONS, json.dumps(beacon).encode())))
+
+    def publish_transcript(self, body: dict[str, Any]) -> None:
+        """Signs and publishes a finished challenge's transcript (best effort: a missed one is a roll call
+        the other relays do not count for that node, never a wrong count)."""
+        if self.nc is not None and self.nc.is_connected:
+            signed = sign("Transcript", body, self.relay.key)
+            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_TRANSCRIPTS,
+                                                                      json.dumps(signed).encode())))
+
+    def leader(self, now: float) -> str:
+        """The relay whose beacon draws roll calls: the lowest id among this one and the peers heard lately."""
+        fresh = now - 3 * self.relay.config.beacon_interval_s - 2.0
+        return min([self.relay.relay_id, *(p for p, at in self.peers_seen.items() if at >= fresh)])
+
+    def held_by_lower_relay(self, node_id: str, now: float) -> bool:
+        """Whether a relay with a lower id than this one holds a live session of the node: it challenges the
+        node at roll calls, so the node answers once (this relay counts it from that relay's transcript)."""
+        there = self.sessions_elsewhere.get(node_id, {})
+        recent = now - self.relay.config.offline_after_s
+        return any(r < self.relay.relay_id and at >= recent and r in self.peers_seen for r, at in there.items())
+
+    async def _on_beacon_message(self, msg: Any) -> None:
+        try:
+            beacon = json.loads(msg.data)
+            verify_record("Beacon", beacon)
+        except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
+            self.relay.metrics.cluster_received["invalid"] += 1
+            return
+        relay = str(beacon["relay"])
+        if relay == self.relay.relay_id or relay not in self.relay.config.cluster_peers:
+            return  # our own, or not a relay of this cluster: draws nothing here
+        now = time.time()
+        self.peers_seen[relay] = now
+        if self.leader(now) == relay:
+            self.relay.challenges.roll.on_beacon(beacon)
+
+    async def _on_transcript_message(self, msg: Any) -> None:
+        metrics = self.relay.metrics.cluster_received
+        try:
+            transcript = json.loads(msg.data)
+            verify_record("Transcript", transcript)
+            await self.relay.challenges.apply_transcript(transcript)
+            metrics["transcripts"] += 1
+        except (ValueError, TypeError, KeyError, ValidationError, SignatureError, TranscriptError) as exc:
+            metrics["invalid"] += 1
+            log.warning("refused a transcript from the cluster", extra={"error": str(exc)[:200]})
 
     async def _safe_publish(self, subject: str, data: bytes) -> None:
         with contextlib.suppress(NatsError, OSError):
@@ -143,7 +204,16 @@ class Cluster:
         await self.apply(msg.data)
 
     async def _on_heartbeat_message(self, msg: Any) -> None:
-        self.relay.atlas.heartbeat(msg.data.decode(errors="replace")[:100], time.time())
+        now = time.time()
+        try:
+            beat = json.loads(msg.data)
+            node_id, relay = str(beat["node_id"])[:100], str(beat["relay"])[:100]
+        except (ValueError, TypeError, KeyError):
+            return
+        if relay == self.relay.relay_id:
+            return
+        self.sessions_elsewhere.setdefault(node_id, {})[relay] = now
+        self.relay.atlas.heartbeat(node_id, now)
 
     async def apply(self, envelope_bytes: bytes) -> int:
         """Re-verifies a profile from another relay and keeps it when newer; 1 if applied."""

@@ -16,6 +16,10 @@ class RelayConfig:
     nats_bucket: str = "ce-atlas"
     # Reverse proxies whose X-Forwarded-For is believed (addresses); none by default: the peer address counts.
     trusted_proxies: tuple[str, ...] = ()
+    # The other relays of this cluster (their relay ids, `ce-bench relay --cluster-peer ID`): their challenge
+    # transcripts and beacon rounds are believed (after re-checking the work); anyone else's are not. The
+    # relay with the lowest id among those heard from leads: its beacon rounds draw every roll call.
+    cluster_peers: tuple[str, ...] = ()
 
     # Processes that verify posted profiles (JSON, schema, signature) beside the event loop; 0 verifies
     # in-process. BENCHMARKS.md ("Relay") has the measured effect on a 2-core machine.
@@ -98,9 +102,10 @@ class RelayConfig:
     # challenges is challenged at once (SGEMM), and again, all at once, for the reference model
     # roll_call_llm_offset_s later (after every SGEMM answer is due). The verified scoreboard is what the
     # latest roll call proved: one machine cannot answer for several identities at the same moment
-    # (Douceur 2002, lemma 4). Each beacon round starts one with probability beacon_interval_s /
-    # roll_call_interval_s, roll_call_delay_s after the round is issued (so nobody knows the moment before
-    # the round exists). The work is sized to the claim for roll_call_target_s, the same for every node,
+    # (Douceur 2002, lemma 4). Every round whose number is a multiple of roll_call_min_gap_s /
+    # beacon_interval_s may start one, with the chance that gives roll_call_interval_s on average,
+    # roll_call_delay_s after the round is issued (nobody knows the moment before the round exists). The
+    # work is sized to the claim for roll_call_target_s, the same for every node,
     # and an answer counts only if it arrives within roll_call_deadline_factor x that (net of the RTT
     # allowance). A common deadline is what makes simultaneity hold: identities of one machine answered
     # one after another finish one after another, and all but the first miss it (with throughput alone,
@@ -113,6 +118,7 @@ class RelayConfig:
     roll_call_target_s: float = 1.0
     roll_call_deadline_factor: float = 1.25
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
+    roll_call_min_gap_s: float = 60.0      # > the llm offset + its answers: one roll call at a time
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
     # A reference-model answer counts only once its token hash was recomputed equal at least once; after
     # that the relay recomputes this share of them at roll calls (each costs it what the node spent).

@@ -115,7 +115,11 @@ class Relay:
         await self.store.write(Store.put_beacon_op(beacon["round"], json.dumps(beacon).encode(),
                                                    self.config.beacon_keep_rounds))
         self.beacons.add(beacon)
-        self.challenges.roll.on_beacon(beacon)
+        if self.cluster is not None:
+            self.cluster.publish_beacon(beacon)
+        # in a cluster only the leader's rounds draw roll calls, so every relay calls at the same moments
+        if self.cluster is None or self.cluster.leader(time.time()) == self.relay_id:
+            self.challenges.roll.on_beacon(beacon)
 
     async def sample_stats(self) -> None:
         """One point of the scoreboard over time: the verified and the claimed totals of the whole atlas."""

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from web.challenge_desk import ChallengeDesk, Challengee
 
 log = logging.getLogger("ce.rollcall")
+
+
+def latest_id(call: RollCall | None) -> str | None:
+    return call.id if call is not None else None
 STORE_KEY = "~roll-calls"  # the history rows that keep roll calls across restarts (not a NodeId)
 
 
@@ -57,34 +61,58 @@ class RollCaller:
         return self.calls[-1] if self.calls else None
 
     def _targets(self) -> dict[str, Challengee]:
-        """One answering session per node with a claim here (a node with two sessions is asked once)."""
+        """One answering session per node with a claim here (a node with two sessions is asked once; one with
+        a session on a lower-id relay of the cluster is asked there)."""
         out: dict[str, Challengee] = {}
-        nodes = self.desk.relay.atlas.nodes
+        nodes, cluster, now = self.desk.relay.atlas.nodes, self.desk.relay.cluster, time.time()
         for who in self.desk.sessions.values():
             entry = nodes.get(who.node_id or "")
             if (who.node_id is None or not who.active or who.node_id in out or entry is None
                     or entry.profile.claimed_gflops is None or who.node_id not in self.desk.relay.atlas.live):
                 continue
+            if cluster is not None and cluster.held_by_lower_relay(who.node_id, now):
+                continue
             out[who.node_id] = who
         return out
+
+    def on_remote_result(self, ch: Challenge, passed: bool, verdict: str | None) -> None:
+        """A peer relay's roll-call verdict for a node it asked (its transcript re-checked by the desk)."""
+        desk, node_id = self.desk, ch.node_id
+        call = next((c for c in reversed(self.calls) if c.id == ch.roll_call), None)
+        counts = passed and verdict == "counted" and ch.commit_s is not None
+        if ch.kind == "sgemm":
+            if counts and ch.commit_s is not None:
+                previous = desk.proofs.get(node_id)
+                desk.proofs[node_id] = Proof(str(ch.roll_call), shown(ch.flops / 1e9, ch.commit_s, self.config),
+                                             len(ch.seeds), previous.tps if previous is not None else 0.0)
+                if call is not None:
+                    call.answered.add(node_id)
+            else:
+                desk.proofs.pop(node_id, None)
+        else:
+            proof = desk.proofs.get(node_id)
+            if proof is not None and proof.roll_call == ch.roll_call:
+                proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, self.config) if counts and ch.commit_s else 0.0
+        desk.refresh(node_id, time.time())
 
     async def run(self, beacon: dict[str, Any]) -> RollCall:
         """The SGEMM phase: every target at once; then the llm phase is scheduled."""
         desk, now_wall = self.desk, time.time()
         latest = self.latest
-        llm_due = self.config.roll_call_llm_offset_s + 5.0  # (its phase may be a moment late on a busy loop)
-        if latest is not None and latest.llm_at is None and now_wall - latest.at < llm_due:
-            # the previous one has not finished its reference-model phase: one roll call at a time
-            log.info("roll call skipped: the previous one is still running", extra={"beacon_round": beacon["round"]})
-            return latest
+        if latest is not None and latest.beacon_round == int(beacon["round"]):
+            return latest  # (the same round heard twice)
         if latest is not None:
             self._freeze(latest)
-        call = RollCall(f"{beacon['round']}-{secrets.token_hex(4)}", int(beacon["round"]), now_wall)
+        # the same id on every relay of a cluster (they all run the leader's round): transcripts name it
+        call = RollCall(f"{beacon['round']}-{str(beacon['relay'])[-8:]}", int(beacon["round"]), now_wall)
         self.calls = [*self.calls, call][-self.config.roll_calls_kept:]
         targets = self._targets()
-        # whoever is not asked now stops counting now: joined since, hidden, opted out, gone
-        for node_id in [n for n in desk.proofs if n not in targets]:
-            desk._drop_proof(node_id, now_wall)
+        # whoever is not asked now stops counting now: joined since, hidden, opted out, gone; a node another
+        # relay of the cluster asks keeps a proof only from this roll call (its transcript)
+        local = {w.node_id for w in desk.sessions.values()}
+        for node_id, proof in list(desk.proofs.items()):
+            if node_id not in targets and (node_id in local or proof.roll_call not in (call.id, latest_id(latest))):
+                desk._drop_proof(node_id, now_wall)
         planned: list[tuple[Challengee, Challenge]] = []
         for node_id, who in targets.items():
             if who.challenge is not None:  # a solo challenge in flight: asked at the next roll call

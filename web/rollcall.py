@@ -7,9 +7,9 @@ challenge to every live session that answers them, all at once (SGEMM for every 
 again all at once, `roll_call_llm_offset_s` later, for every node that claims tokens/s). Identities that
 share a machine share it at that moment, whatever addresses or relays they use.
 
-The moment: each beacon round starts a roll call with probability beacon_interval_s / roll_call_interval_s,
-drawn from the round's value (nobody, the relay included, knows it before the round exists), at
-`roll_call_delay_s` after the round was issued.
+The moment: every gap_rounds-th beacon round (roll_call_min_gap_s apart) starts a roll call with probability
+gap x beacon_interval_s / roll_call_interval_s, drawn from the round's value (nobody, the relay included,
+knows it before the round exists), at `roll_call_delay_s` after the round was issued.
 
 What a node counts (`proven`): only an answer within the common deadline (on_time), and then the claim capped
 at what the answer showed (shown: observed x trust_cap_factor, at most the work given / the target time);
@@ -35,9 +35,19 @@ def draw(beacon_value: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def gap_rounds(config: RelayConfig) -> int:
+    """Only every gap_rounds-th beacon round may start a roll call: roll_call_min_gap_s apart at least, so one
+    roll call's answers are in before the next (decided by the round number alone, so every relay of a
+    cluster that sees the leader's round decides the same, whatever rounds it missed)."""
+    return max(1, math.ceil(config.roll_call_min_gap_s / config.beacon_interval_s))
+
+
 def due(beacon: dict[str, Any], config: RelayConfig) -> float | None:
     """The unix time of the roll call this beacon round starts, or None if it starts none."""
-    chance = min(1.0, config.beacon_interval_s / config.roll_call_interval_s)
+    gap = gap_rounds(config)
+    if int(beacon["round"]) % gap != 0:
+        return None
+    chance = min(1.0, gap * config.beacon_interval_s / config.roll_call_interval_s)
     if draw(str(beacon["value"])) >= chance:
         return None
     return float(beacon["issued_at"]) + config.roll_call_delay_s

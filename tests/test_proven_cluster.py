@@ -1,0 +1,172 @@
+"""One trust per node across a relay cluster (issue 20, item 4), against a real nats-server and two real relay
+processes that name each other as peers: roll calls at the leader's moments on both relays, identities of
+one machine split across the two relays counted as one machine, both relays agreeing, and transcripts
+published on NATS by anyone but a peer (or altered by one) changing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from capsule.signing import sign
+from common.keys import NodeKey, load_or_create
+from host_runner.live_client import LiveSession
+from tests.nats_process import NatsProcess
+from tests.relay_process import RelayProcess
+from tests.test_proven import ROLL, challenges, node, registered, shared_roll_calls, until
+
+
+@pytest.fixture(scope="module")
+def measured(artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real profile of this machine (registered() re-signs it for each key against the relay's beacon)."""
+    from host_runner.node import RunOptions, measure
+    from host_runner.relay_client import local_beacon
+
+    key = NodeKey.generate()
+    opts = RunOptions(capsule=artifacts.capsule, phase_budget_ms=500, gpu=False, jitter=False,
+                      scratch=tmp_path_factory.mktemp("scratch"))
+    return measure(key, local_beacon(key), opts).profile
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
+    keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(2)]  # ids known before they start
+    with NatsProcess(tmp_path / "nats") as nats:
+        relays = [RelayProcess(tmp_path / f"r{i}", *ROLL, "--nats", nats.url, "--ip-rate", "1000",
+                               "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]
+        try:
+            yield nats, relays, keys
+        finally:
+            for r in relays:
+                r.stop()
+
+
+def published(nats_url: str, subject: str, body: dict[str, Any]) -> None:
+    async def go() -> None:
+        import nats
+
+        nc = await nats.connect(nats_url)
+        await nc.publish(subject, json.dumps(body).encode())
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(go())
+
+
+def metric(relay: RelayProcess, name: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(relay.url + "/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
+        artifacts: Any) -> None:
+    """One identity alone (on relay A), then four identities of this machine, two on each relay, over roll
+    calls that challenged all four: the cluster's proven total is at most 1.3x the lone identity's, and both
+    relays show the same statuses and totals (the lower-id relay leads; both name the same roll calls)."""
+    _, relays, relay_keys = cluster
+    a, b = relays
+    listed = a.get("/v1/relays")[1]
+    leader = min(k.node_id for k in relay_keys)
+    until("the relays hear each other", 30, lambda: a.get("/v1/relays")[1]["leader"] == leader
+          and b.get("/v1/relays")[1]["leader"] == leader)
+    assert {r["relay"] for r in listed["relays"]} == {k.node_id for k in relay_keys}
+    keys = [registered(a, measured) for _ in range(4)]
+    until("profiles on both relays", 30, lambda: all(b.get(f"/v1/nodes/{k.node_id}")[0] == 200 for k in keys))
+    sessions = [LiveSession(a.url, keys[0], reactor_wasm=artifacts.reactor).start()]
+    try:
+        alone = shared_roll_calls(a, keys[:1], 4, 120)
+        sessions += [LiveSession((a if i % 2 else b).url, k, reactor_wasm=artifacts.reactor).start()
+                     for i, k in enumerate(keys[1:], start=1)]
+        together = shared_roll_calls(a, keys, 4, 240)
+        on_b = shared_roll_calls(b, keys, 1, 120)  # (asked on either relay, named by both)
+        print(f"cluster: alone {alone} vs four identities on two relays {together} (B: {on_b})")
+        assert statistics.median(alone) > 0  # the precondition: this machine counts when alone
+        assert statistics.median(together) <= 1.3 * statistics.median(alone), (alone, together)
+        # both relays name every roll call the same way and keep the same trust for every identity
+        ids_a = {c["id"] for c in a.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}
+        ids_b = {c["id"] for c in b.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}
+        assert len(ids_a & ids_b) >= 4, (ids_a, ids_b)
+
+        def agree() -> bool:
+            views = [[node(r, k)["trust"]["status"] for k in keys] for r in relays]
+            return views[0] == views[1]
+
+        until("both relays show every identity's status the same", 30, agree)
+        # transcripts from the relay that asked reached the other: it recorded the same roll-call results
+        on = {k.node_id: (b if i == 2 else a) for i, k in enumerate(keys)}
+        for k in keys:
+            asker, other = (a, b) if on[k.node_id] is a else (b, a)
+            asker_id = relay_keys[relays.index(asker)].node_id
+            assert any(e.get("relay") == asker_id and e.get("roll_call") for e in challenges(other, k)), k.node_id
+    finally:
+        for s in sessions:
+            s.stop()
+
+
+def test_forged_or_altered_transcripts_change_nothing(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
+        artifacts: Any) -> None:
+    nats, relays, relay_keys = cluster
+    a, b = relays
+    key = registered(a, measured)
+    until("the profile on B", 30, lambda: b.get(f"/v1/nodes/{key.node_id}")[0] == 200)
+    session = LiveSession(a.url, key, reactor_wasm=artifacts.reactor).start()
+    captured: list[dict[str, Any]] = []
+
+    async def capture() -> None:  # a genuine transcript from A, to forge and alter
+        import nats as nats_py
+
+        nc = await nats_py.connect(nats.url)
+        got: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def cb(msg: Any) -> None:
+            await got.put(msg.data)
+
+        await nc.subscribe("ce.trust.transcripts", cb=cb)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            body = json.loads(await asyncio.wait_for(got.get(), timeout=90))
+            c = body["challenge"]
+            if body["relay"] == relay_keys[0].node_id and c["kind"] == "sgemm" and c["passed"] and body["roll_call"]:
+                captured.append(body)
+                break
+        await nc.close()
+
+    try:
+        asyncio.run(capture())
+    finally:
+        session.stop()
+    assert captured, "no passed roll-call transcript from relay A"
+    genuine = captured[0]
+    stranger = NodeKey.generate()
+    victim = registered(a, measured)
+    until("the victim on B", 30, lambda: b.get(f"/v1/nodes/{victim.node_id}")[0] == 200)
+    body = {k: v for k, v in genuine.items() if k != "sig"}
+    forged = sign("Transcript", {**body, "relay": stranger.node_id, "node_id": victim.node_id}, stranger)
+    altered_body = json.loads(json.dumps(body))
+    altered_body["node_id"] = victim.node_id
+    row = altered_body["challenge"]["opened"][0]
+    values = np.frombuffer(base64.b64decode(row["values"]), "<f4").copy()
+    values[:] += 1.0  # the rows are not the product any more (the proof no longer holds either)
+    row["values"] = base64.b64encode(values.tobytes()).decode()
+    altered = sign("Transcript", altered_body, relay_keys[0])  # even signed by a peer: the work is re-checked
+    invalid_before = metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
+    for t in (forged, altered):
+        published(nats.url, "ce.trust.transcripts", t)
+    until("both refused", 20, lambda: metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
+          >= invalid_before + 2)
+    trust = node(b, victim)["trust"]
+    assert trust["challenges"]["passed"] == 0 and trust["counted"]["cpu_gflops"] == 0, trust
+    assert b.get("/stats")[1]["verified_nodes"] <= 1  # at most the genuine node, never the victim

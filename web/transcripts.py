@@ -1,0 +1,118 @@
+"""Challenge transcripts: one trust per node across a relay cluster (issue 20, item 4), as pure functions.
+
+A relay that finishes a challenge signs a Transcript (capsule/model.py): the challenge (kind, order, reps,
+the beacon value and nonce the seeds come from), the node's roots and opened rows with their Merkle proofs,
+the relay's timing (commit_s, on its own clock) and its verdict. Other relays of the cluster receive it over
+NATS and
+
+- believe it only from a relay the operator named as a peer (`--cluster-peer`): the timing is the
+  challenging relay's word, and any key can sign; a forged transcript from anyone else changes nothing;
+- re-check the work: every opened row against its root (Merkle proof) and `challenge_entries_per_row`
+  entries of each row recomputed at columns they draw themselves (check_transcript) — a peer that passed a
+  wrong answer is caught, and the transcript is refused;
+- then record the same result into their own trust and, for a roll call, the same proof.
+Reference-model answers carry the token hash and whether the challenging relay recomputed it; recomputing
+it again would cost each relay what the node spent, so that part is the peer's word.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from capsule.challenge import ChallengeError, instance_seed
+from web.challenges import Challenge, check_opened, parse_opening
+from web.config import RelayConfig
+
+
+class TranscriptError(ValueError):
+    """Why a transcript from the cluster was refused (a stable code and the detail)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+def transcript_body(relay_id: str, ch: Challenge, beacon_value: str, passed: bool, code: str, verdict: str | None,
+                    tokens_checked: bool, at: float) -> dict[str, Any]:
+    """The unsigned Transcript of a finished challenge."""
+    challenge: dict[str, Any] = {
+        "kind": ch.kind, "beacon_round": ch.beacon_round, "beacon_value": beacon_value, "nonce": ch.nonce,
+        "instances": len(ch.seeds), "passed": passed, "code": code, "verdict": verdict,
+        "commit_s": None if ch.commit_s is None else round(ch.commit_s, 6), "claimed_gflops": ch.claimed_gflops}
+    if ch.kind == "llm":
+        challenge.update(decode=ch.decode, token_ids_sha256=ch.token_hash, tokens_checked=tokens_checked,
+                         claimed_tokens_per_sec=ch.claimed_tps)
+    else:
+        challenge.update(n=ch.n, reps=ch.reps, roots=[r.hex() for r in ch.roots or []],
+                         rows=[list(r) for r in ch.rows], opened=ch.opened_items or [])
+    return {"v": 1, "relay": relay_id, "node_id": ch.node_id, "roll_call": ch.roll_call, "at": int(at),
+            "challenge": challenge}
+
+
+def _int(c: dict[str, Any], key: str, low: int, high: int) -> int:
+    value = c.get(key)
+    if type(value) is not int or not low <= value <= high:
+        raise TranscriptError("invalid_transcript", f"challenge.{key}: expected an integer in [{low}, {high}]")
+    return value
+
+
+def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
+    """The Challenge a transcript describes, seeds derived again from its beacon value and nonce."""
+    c = transcript["challenge"]
+    kind = c.get("kind")
+    if kind not in ("sgemm", "llm"):
+        raise TranscriptError("invalid_transcript", f"challenge.kind: expected sgemm or llm, got {kind!r}")
+    value, nonce = c.get("beacon_value"), c.get("nonce")
+    if not isinstance(value, str) or not isinstance(nonce, str) or len(nonce) > 64:
+        raise TranscriptError("invalid_transcript", "challenge.beacon_value and challenge.nonce are strings")
+    commit_s = c.get("commit_s")
+    if commit_s is not None and (not isinstance(commit_s, int | float) or not 0 < commit_s < 3600):
+        raise TranscriptError("invalid_transcript", "challenge.commit_s: seconds in (0, 3600) or null")
+    instances = _int(c, "instances", 1, config.challenge_max_instances)
+    try:
+        seeds = [instance_seed(value, nonce, i) for i in range(instances)]
+    except ValueError:
+        raise TranscriptError("invalid_transcript", "challenge.beacon_value is not hex") from None
+    ch = Challenge(nonce[:16], str(transcript["node_id"]), 0, 0, seeds, _int(c, "beacon_round", 0, 2**53), nonce,
+                   float(c.get("claimed_gflops") or 0.0), 0.0, 0.0, kind=kind, roll_call=transcript.get("roll_call"))
+    ch.commit_s = float(commit_s) if commit_s is not None else None
+    if kind == "llm":
+        ch.decode = _int(c, "decode", 1, 1 << 16)
+        token_hash = c.get("token_ids_sha256")
+        ch.token_hash = token_hash if isinstance(token_hash, str) else None
+        return ch
+    ch.n, ch.reps = _int(c, "n", 1, 4096), _int(c, "reps", 1, 1 << 20)
+    return ch
+
+
+def check_transcript(transcript: dict[str, Any], rng: random.Random, config: RelayConfig) -> Challenge:
+    """Re-checks a passed SGEMM transcript's work (proofs and freshly drawn entries); the rebuilt Challenge.
+    Raises TranscriptError (a failed re-check is `wrong_transcript`)."""
+    ch = rebuild(transcript, config)
+    c = transcript["challenge"]
+    if ch.kind != "sgemm" or not c.get("passed"):
+        return ch  # a failure or a reference-model answer: nothing to recompute here
+    roots, rows = c.get("roots"), c.get("rows")
+    if (not isinstance(roots, list) or len(roots) != len(ch.seeds) or not isinstance(rows, list)
+            or not all(isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) for r in rows)):
+        raise TranscriptError("invalid_transcript", "challenge.roots: one per instance; challenge.rows: [i, row]")
+    try:
+        ch.roots = [bytes.fromhex(r) for r in roots]
+    except (TypeError, ValueError):
+        raise TranscriptError("invalid_transcript", "challenge.roots are hex") from None
+    if any(len(r) != 32 for r in ch.roots) or any(not 0 <= i < len(ch.seeds) for i, _ in rows):
+        raise TranscriptError("invalid_transcript", "challenge.roots are 32 bytes; rows name instances asked")
+    if {i for i, _ in rows} != set(range(len(ch.seeds))):
+        raise TranscriptError("wrong_transcript", "the opened rows do not cover every instance")
+    ch.rows = [(int(i), int(r)) for i, r in rows]
+    ch.open_sent_at = 0.0
+    try:
+        opened = parse_opening(ch, {"rows": c.get("opened")}, 0.0, config)
+        worst = check_opened(ch, opened, rng, config)
+    except ChallengeError as exc:
+        raise TranscriptError("wrong_transcript", f"{exc.code}: {exc.detail}") from None
+    if not worst < 1.0:
+        raise TranscriptError("wrong_transcript", f"entries off by {worst:.3g}x the fp32 bound")
+    return ch
