@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -236,7 +235,7 @@ def test_identities_on_several_addresses_count_one_machine(tmp_path: Any, measur
     """Four identities from four source addresses (127.0.0.2-5; once each was challenged at its own moment and
     counted in full, 4.2x the machine), each claiming the whole machine: at roll calls they share it. One
     identity alone over 4 roll calls, then all four over 4 roll calls that challenged every one of them: the
-    median proven total of the second is at most 1.3x the first's. (Sharing, each is 4x slower than its
+    best proven total of the second is at most 1.3x the first's best. (Sharing, each is 4x slower than its
     claim and misses the common deadline; what a machine can count at all is bounded in tests/test_rollcall.py.)"""
     with RelayProcess(tmp_path / "relay", *ROLL) as relay:
         keys = [registered(relay, measured) for _ in range(4)]
@@ -249,8 +248,8 @@ def test_identities_on_several_addresses_count_one_machine(tmp_path: Any, measur
                          for i, k in enumerate(keys[1:])]
             together = shared_roll_calls(relay, keys, 4, 180)
             print(f"alone {alone} vs four identities {together} (GFLOP/s proven per roll call)")
-            assert statistics.median(alone) > 0  # the precondition: this machine does count when alone
-            assert statistics.median(together) <= 1.3 * statistics.median(alone), (alone, together)
+            assert max(alone) > 0  # the precondition: this machine does count when alone
+            assert max(together) <= 1.3 * max(alone), (alone, together)
         finally:
             for s in sessions:
                 s.stop()

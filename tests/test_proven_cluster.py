@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,7 +72,7 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
         artifacts: Any) -> None:
     """One identity alone (on relay A), then four identities of this machine, two on each relay, over roll
-    calls that challenged all four: the cluster's proven total is at most 1.3x the lone identity's, and both
+    calls that challenged all four: no roll call proves more than 1.3x the lone identity's best, and both
     relays show the same statuses and totals (the lower-id relay leads; both name the same roll calls)."""
     _, relays, relay_keys = cluster
     a, b = relays
@@ -92,8 +91,8 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         together = shared_roll_calls(a, keys, 4, 240)
         on_b = shared_roll_calls(b, keys, 1, 120)  # (asked on either relay, named by both)
         print(f"cluster: alone {alone} vs four identities on two relays {together} (B: {on_b})")
-        assert statistics.median(alone) > 0  # the precondition: this machine counts when alone
-        assert statistics.median(together) <= 1.3 * statistics.median(alone), (alone, together)
+        assert max(alone) > 0  # the precondition: this machine counts when alone
+        assert max(together) <= 1.3 * max(alone), (alone, together)
         # both relays name every roll call the same way and keep the same trust for every identity
         ids_a = {c["id"] for c in a.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}
         ids_b = {c["id"] for c in b.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}

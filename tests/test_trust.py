@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -313,7 +312,8 @@ def test_three_identities_on_one_machine_count_one_machine(tmp_path: Path) -> No
     """Three `ce-bench node` agents with different keys on this machine: what roll calls prove for the three
     together is at most 1.3x what they prove for one agent alone (they are challenged at the same moment,
     so they share the machine; tests/test_proven.py does the same from several addresses). Compared: the
-    median proven total of 4 finished roll calls that challenged every agent, one agent first, then three."""
+    best proven total of 4 finished roll calls that challenged every agent, one agent first, then three (no
+    roll call of the three may exceed 1.3x the lone agent's best)."""
     from tests.test_proven import shared_roll_calls
 
     with RelayProcess(tmp_path / "relay", *FAST) as relay:
@@ -330,9 +330,9 @@ def test_three_identities_on_one_machine_count_one_machine(tmp_path: Path) -> No
             together = shared_roll_calls(relay, [_Key(a.node_id) for a in agents], 4, 240)
             statuses = [relay.get(f"/v1/nodes/{a.node_id}")[1]["trust"]["status"] for a in agents]
             print(f"three identities: proven {together} vs alone {single}; {statuses}")
-            assert statistics.median(single) > 0, single  # the precondition: one agent alone is counted
+            assert max(single) > 0, single  # the precondition: one agent alone is counted
             assert "flagged" not in statuses, statuses  # honest agents, however they share the machine
-            assert statistics.median(together) <= 1.3 * statistics.median(single), (together, single, statuses)
+            assert max(together) <= 1.3 * max(single), (together, single, statuses)
         finally:
             for a in agents:
                 a.stop()

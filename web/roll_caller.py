@@ -109,14 +109,18 @@ class RollCaller:
         targets = self._targets()
         # whoever is not asked now stops counting now: joined since, hidden, opted out, gone; a node another
         # relay of the cluster asks keeps a proof only from this roll call (its transcript)
-        local = {w.node_id for w in desk.sessions.values()}
+        cluster = desk.relay.cluster
         for node_id, proof in list(desk.proofs.items()):
-            if node_id not in targets and (node_id in local or proof.roll_call not in (call.id, latest_id(latest))):
+            if node_id in targets or proof.roll_call == call.id:
+                continue
+            asked_elsewhere = cluster is not None and cluster.held_by_lower_relay(node_id, now_wall)
+            if not asked_elsewhere or proof.roll_call != latest_id(latest):
                 desk._drop_proof(node_id, now_wall)
         planned: list[tuple[Challengee, Challenge]] = []
         for node_id, who in targets.items():
-            if who.challenge is not None:  # a solo challenge in flight: asked at the next roll call
+            if who.challenge is not None:  # still answering an earlier challenge: not asked, counts nothing now
                 call.failed[node_id] = "busy"
+                desk._drop_proof(node_id, now_wall)
                 continue
             claim = desk.relay.atlas.nodes[node_id].profile
             ch = new_challenge(node_id, claim.claimed_gflops or 0.0, claim.instances, claim.sgemm_n, beacon,
