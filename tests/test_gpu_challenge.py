@@ -1,5 +1,6 @@
 """GPU challenges (kind "gpu", issue 20 item 5) on real wgpu adapters: lavapipe (Mesa's Vulkan on the CPU) and
-SwiftShader (Chromium's Vulkan ICD, reached by wgpu through VK_ICD_FILENAMES). The node's answer
+SwiftShader (Chromium's Vulkan ICD, reached by wgpu through VK_ICD_FILENAMES), and in headless Chromium's WebGPU
+(browser_node/gpu-challenge.js). The node's answer
 (host_runner/gpu_answer.py) against the relay's own checks (web/challenges.py on_commit, parse_opening,
 check_opened with a challenge from web/gpu_challenges.py): a correct answer passes; a row altered after the
 commitment, a wrong root and products of wrong inputs fail; a claim 3x the adapter's real speed shows ~1/3.
@@ -187,17 +188,16 @@ def test_overstated_claim_shows_a_third(ctx: GpuContext) -> None:
     probe = gpu._matmul(ctx.device, ctx.wgpu, np.float32, ctx.binding_limit, 1.0, "5eed")
     real, n = probe["tflops"], probe["n"]
     assert probe["verified"] and real > 0
-    shown = {}
-    for factor in (1.0, 3.0):
-        best = 0.0
-        for _ in range(2):
+    best = {1.0: 0.0, 3.0: 0.0}
+    for _ in range(2):
+        for factor in best:  # interleaved, so a busy moment of the machine falls on both alike
             ch = challenge(factor * real, gpu_n=n, target_s=0.5)
             relay_checks(ch, answer_for(ch, ctx))
-            best = max(best, wg.observed_tflops(ch) or 0.0)
-        shown[factor] = best / (factor * real)
+            best[factor] = max(best[factor], wg.observed_tflops(ch) or 0.0)
+    shown = {factor: observed / (factor * real) for factor, observed in best.items()}
     print(f"probe {real * 1e3:.3f} GFLOP/s at n={n}; observed/claimed: honest {shown[1.0]:.2f}, 3x {shown[3.0]:.2f}")
-    assert 0.5 < shown[1.0] < 1.6
-    assert 0.2 < shown[3.0] < 0.5 and 0.2 < shown[3.0] / shown[1.0] < 0.5
+    assert 0.4 < shown[1.0] < 1.6
+    assert shown[3.0] < 0.5 and 0.2 < shown[3.0] / shown[1.0] < 0.5  # flagged at trust_flag_factor 2; ~1/3
 
 
 def test_recomputation_must_match_the_commitment(ctx: GpuContext) -> None:
@@ -291,3 +291,63 @@ def test_swiftshader() -> None:
     assert result["adapter"].startswith("SwiftShader") and result["hash_on"] == "host"
     assert 0 < result["worst"] < gc.ERROR_RATIO_MEASURED and result["observed_tflops"] > 0
     assert (result["altered"], result["wrong_inputs"]) == ("wrong_proof", "wrong_rows")
+
+
+# --- the browser (WebGPU in headless Chromium) --------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+ORIGIN = "http://localhost:8931"  # routed by playwright, never listened on; localhost: a secure context (WebGPU)
+PAGE = "<!doctype html><script type=module>import { gpuChallengeAnswerer } from '/gpu-challenge.js'; " \
+       "window.answerer = gpuChallengeAnswerer('/shaders/'); window.loaded = true;</script>"
+
+
+def serve(route: Any) -> None:
+    """browser_node/gpu-challenge.js and capsule/shaders, as the relay serves them (build.py copies the shaders)."""
+    path = route.request.url.removeprefix(ORIGIN)
+    if path == "/":
+        route.fulfill(body=PAGE, content_type="text/html")
+    elif path == "/gpu-challenge.js":
+        route.fulfill(body=(REPO / "browser_node" / "gpu-challenge.js").read_text(), content_type="text/javascript")
+    elif path.startswith("/shaders/") and (gpu.SHADERS / path.removeprefix("/shaders/")).is_file():
+        route.fulfill(body=(gpu.SHADERS / path.removeprefix("/shaders/")).read_text(), content_type="text/wgsl")
+    else:
+        route.fulfill(status=404, body="")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no Debian chromium")
+def test_browser_answer_passes_the_relays_checks() -> None:
+    """browser_node/gpu-challenge.js on Chromium's WebGPU (SwiftShader here; rows hashed in WGSL) against the
+    relay's checks: a correct answer passes, a row altered after the commitment fails."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page()
+            page.route(f"{ORIGIN}/**", serve)
+            page.goto(f"{ORIGIN}/")
+            page.wait_for_function("() => window.loaded === true")
+            results: list[float | str] = []
+            for tamper in (False, True):
+                ch = challenge(2e-4, gpus=2, gpu_n=128)
+                ch.sent_at = time.perf_counter()
+                commit = page.evaluate("(m) => window.answerer.commit(m)", wg.gpu_message(ch, CONFIG))
+                opening = on_commit(ch, commit, time.perf_counter(), random.Random(1), CONFIG)
+                assert opening is not None
+                answer = page.evaluate("(m) => window.answerer.open(m)", opening)
+                if tamper:
+                    values = np.frombuffer(base64.b64decode(answer["rows"][0]["values"]), "<f4").copy()
+                    values[3] *= np.float32(2)
+                    answer["rows"][0]["values"] = cc.encode_row(values)
+                try:
+                    opened = parse_opening(ch, answer, time.perf_counter(), CONFIG)
+                    results.append(check_opened(ch, opened, random.Random(2), CONFIG))
+                except ChallengeError as exc:
+                    results.append(exc.code)
+            page.evaluate("() => window.answerer.stop()")
+        finally:
+            browser.close()
+    worst, code = results
+    assert isinstance(worst, float) and 0 < worst < gc.ERROR_RATIO_MEASURED
+    assert code == "wrong_proof"
