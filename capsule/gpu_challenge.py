@@ -21,11 +21,13 @@ What differs from the CPU challenge, and why:
   drawing its inputs with numpy 560 ms, against an estimated ~1 ms for the product on a GPU doing ~17 TFLOP/s.
   The host joins the reps subtree roots (upper_levels) and builds proofs from both parts (proof).
 - n is also capped by the adapter: A, B and C are each one storage binding of 4 n^2 bytes (lavapipe binds at
-  most 128 MiB), and by the claim: one product at the claimed speed takes at most target / MIN_REPS, so the
-  work is not one or two coarse steps (order_for).
-- reps is rounded *up* (reps_for): the work is at least claim x target, so the roll call's cap of work /
-  target (web/rollcall.py shown) never holds an honest node below its claim; the extra is at most one product,
-  at most 1 / MIN_REPS of the target, inside the deadline's 25%.
+  most 128 MiB), and by the claim: one product at the claimed speed takes at most target / MIN_REPS (order_for).
+  Why: the work is a whole number of products, and both ways of rounding cost an honest node at a roll call —
+  more work than claim x target eats into the common deadline (1.25 x target: a node at 0.85 of its claim
+  needs 1.18 x target for exact work), less caps what it shows (web/rollcall.py shown: at most work / target).
+  With at least MIN_REPS = 16 products, rounding to the nearest (reps_for) keeps the work within +-3.1% of
+  claim x target. Real GPUs keep the probe's order (at a 1 s target n = 2048 needs a claim >= 0.28 TFLOP/s);
+  a slow CPU adapter gets a smaller one (lavapipe at 2.7 GFLOP/s: n = 256 instead of the probe's 512).
 
 Tolerance (why check_entries' bound holds on any GPU): an entry is sum_p a_ip b_pj over n terms, in fp32, in
 whatever order the driver schedules, fused multiply-adds or not (WGSL guarantees neither). For any summation
@@ -42,7 +44,6 @@ to zero, never occur: inputs are multiples of 2^-23, products multiples of 2^-46
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 
 from capsule import gpu_policy
@@ -54,7 +55,7 @@ TILE = gpu_policy.WORKGROUP       # matmul_f32.wgsl computes 64 x 64 tiles: n is
 N_MIN = gpu_policy.N_START        # 128: the probe's smallest order
 N_MAX = gpu_policy.N_MAX          # 2048: the probe's largest (and 3 x 16 MiB of buffers)
 DEFAULT_N = 512                   # when the claim's evidence names no order
-MIN_REPS = 8                      # one product is at most 1/8 of the target time at the claimed speed
+MIN_REPS = 16                     # one product is at most 1/16 of the target time at the claimed speed
 MAX_REPS = 1 << 16                # 2^16 products of n = 2048: 1.1 PFLOP, 1,100 TFLOP/s for 1 s (> any GPU)
 BINDING_DEFAULT = 128 << 20       # WebGPU's default maxStorageBufferBindingSize (B), lavapipe's too
 # Worst error ratio (of the bound above) an honest answer showed: every entry of 16 rows of 4 products each at
@@ -91,9 +92,9 @@ def order_for(probe_n: object, claimed_tflops: float, target_s: float,
 
 def reps_for(claimed_tflops: float, instances: int, n: int, target_s: float) -> int:
     """Products per instance so the claim needs at least target_s (2 n^3 flops each at claimed / instances
-    TFLOP/s), rounded up, within [1, MAX_REPS]."""
+    TFLOP/s), rounded to the nearest (see MIN_REPS), within [1, MAX_REPS]."""
     per_instance = max(claimed_tflops, 0.0) / max(instances, 1) * 1e12
-    reps = math.ceil(per_instance * target_s / (2.0 * n**3) - 1e-9)  # (a claim of exactly k products stays k)
+    reps = round(per_instance * target_s / (2.0 * n**3))
     return int(max(1, min(reps, MAX_REPS)))
 
 
