@@ -64,7 +64,7 @@ async function refresh() {
           `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
           `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
           `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td>` +
-          `<td data-label="GPU (claimed, not proven)" class="claimed">${gpu}${n.gpus.length ? " <small>claimed, not proven</small>" : ""}</td></tr>`;
+          `<td data-label="GPU (claimed, not proven)" class="claimed">${gpu}</td></tr>`;
       }).join("");
     }
     await drawTotals();

@@ -32,6 +32,7 @@ from tests.conftest import Artifacts
 from tests.nats_process import NatsProcess
 from tests.relay_process import CLI, RelayProcess
 from tests.samples import mutated, sample_profile
+from tests.threaded import in_thread
 
 NODE_FAST = ["--no-gpu", "--no-jitter", "--budget-ms", "500"]
 
@@ -204,7 +205,7 @@ def test_relay_wide_bandwidth_probe_budget_holds_with_many_sessions(tmp_path: Pa
             assert relay.post("/v1/profiles", profile)[0] == 201
             keys.append(key)
         t_measure = time.monotonic() + 3.0  # every session is connected and past its first probe chance by then
-        arrivals, probed = asyncio.run(probe_budget_run(relay.url, keys, t_measure))
+        arrivals, probed = in_thread(asyncio.run, probe_budget_run(relay.url, keys, t_measure))
     allowed = 1 + budget_per_s * WINDOW_S
     assert len(arrivals) <= allowed + 3, (len(arrivals), allowed)  # +3: probes in flight at the window's edges
     assert len(arrivals) >= 0.6 * budget_per_s * WINDOW_S, (len(arrivals), allowed)  # the budget was reached
@@ -264,11 +265,11 @@ def test_cluster_relay_refuses_forged_records_arriving_over_nats(tmp_path: Path)
         _, newer = sample_profile(key, beacon=beacon, measured_at=genuine["measured_at"] + 7, gflops=55.0)
         kv_key, kv_profile = sample_profile(beacon=beacon)  # a node that never posted; signed by another key
         kv_forged = sign("NodeProfile", {k: v for k, v in kv_profile.items() if k != "sig"}, NodeKey.generate())
-        asyncio.run(nats_publish(nats_server.url, forged, {}))
+        in_thread(asyncio.run, nats_publish(nats_server.url, forged, {}))
         for relay in (a, b):
             eventually(lambda: metric(relay, invalid) >= len(forged), 15,  # noqa: B023 - used at once
                        "the forged records to arrive and be judged")
-        asyncio.run(nats_publish(nats_server.url, [envelope(attacker, newer)], {
+        in_thread(asyncio.run, nats_publish(nats_server.url, [envelope(attacker, newer)], {
             key.node_id: envelope(attacker, newer), kv_key.node_id: envelope(attacker, kv_forged)}))
         for relay in (a, b):
             eventually(lambda: serves(relay, key.node_id) == newer, 15,  # noqa: B023 - used at once

@@ -21,7 +21,8 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
-from tests.test_proven import ROLL, challenges, node, registered, shared_roll_calls, until
+from tests.test_proven import SHARED, challenges, node, registered, shared_roll_calls, until
+from tests.threaded import in_thread
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def measured(artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(2)]  # ids known before they start
     with NatsProcess(tmp_path / "nats") as nats:
-        relays = [RelayProcess(tmp_path / f"r{i}", *ROLL, "--nats", nats.url, "--ip-rate", "1000",
+        relays = [RelayProcess(tmp_path / f"r{i}", *SHARED, "--nats", nats.url, "--ip-rate", "1000",
                                "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]
         try:
             yield nats, relays, keys
@@ -58,7 +59,7 @@ def published(nats_url: str, subject: str, body: dict[str, Any]) -> None:
         await nc.flush()
         await nc.close()
 
-    asyncio.run(go())
+    in_thread(asyncio.run, go())
 
 
 def metric(relay: RelayProcess, name: str) -> float:
@@ -85,12 +86,11 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
     until("profiles on both relays", 30, lambda: all(b.get(f"/v1/nodes/{k.node_id}")[0] == 200 for k in keys))
     sessions = [LiveSession(a.url, keys[0], reactor_wasm=artifacts.reactor).start()]
     try:
-        alone = shared_roll_calls(a, keys[:1], 4, 120)
+        alone = shared_roll_calls(a, keys[:1], 4, 180)
         sessions += [LiveSession((a if i % 2 else b).url, k, reactor_wasm=artifacts.reactor).start()
                      for i, k in enumerate(keys[1:], start=1)]
-        together = shared_roll_calls(a, keys, 4, 240)
-        on_b = shared_roll_calls(b, keys, 1, 120)  # (asked on either relay, named by both)
-        print(f"cluster: alone {alone} vs four identities on two relays {together} (B: {on_b})")
+        together = shared_roll_calls(a, keys, 4, 300)
+        print(f"cluster: alone {alone} vs four identities on two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
         assert max(together) <= 1.3 * max(alone), (alone, together)
         # both relays name every roll call the same way and keep the same trust for every identity
@@ -144,7 +144,7 @@ def test_forged_or_altered_transcripts_change_nothing(
         await nc.close()
 
     try:
-        asyncio.run(capture())
+        in_thread(asyncio.run, capture())
     finally:
         session.stop()
     assert captured, "no passed roll-call transcript from relay A"

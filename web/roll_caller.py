@@ -135,8 +135,8 @@ class RollCaller:
         return call
 
     async def run_llm(self, call: RollCall, beacon: dict[str, Any]) -> None:
-        """The reference-model phase: every node that passed the SGEMM phase and claims tokens/s, at once."""
-        desk = self.desk
+        """The reference-model phase: every node that claims tokens/s, at once."""
+        desk, now_wall = self.desk, time.time()
         if self.latest is not call:
             return  # a newer roll call began; it has its own llm phase
         planned: list[tuple[Challengee, Challenge]] = []
@@ -151,9 +151,9 @@ class RollCaller:
             # (what it shows counts only beside an SGEMM proof of this roll call)
             ch = new_llm_challenge(node_id, claim.claimed_tps, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
                                    self.config, self.config.roll_call_target_s)
-            ch.roll_call, ch.issued_at = call.id, time.time()
+            ch.roll_call, ch.issued_at = call.id, now_wall
             planned.append((who, ch))
-        call.llm_at = time.time()
+        call.llm_at = now_wall
         call.llm_challenged = {ch.node_id for _, ch in planned}
         call.llm_send_spread_ms = await self._send_all(planned)
 
