@@ -149,7 +149,11 @@ def test_wrong_token_hash_fails_and_flags(relay: RelayProcess, measured: dict[st
                           llm=lambda pool, seed, decode: "0" * 64).start()
     try:
         wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", 60, "a wrong token hash")
-        assert any(r["code"] == "wrong_tokens" and not r["passed"] for r in session.results), session.results
+        # the status changes before the result frame reaches the node: wait for it (bounded)
+        deadline = time.monotonic() + 10
+        while not any(r["code"] == "wrong_tokens" and not r["passed"] for r in session.results):
+            assert time.monotonic() < deadline, session.results
+            time.sleep(0.2)
     finally:
         session.stop()
 
