@@ -96,7 +96,8 @@ def honest_ratios(rounds: int, busy: int) -> tuple[float, float, float, int]:
     try:
         with tempfile.TemporaryDirectory() as tmp, RelayProcess(
                 Path(tmp) / "relay", "--challenge-first-after", "1", "--challenge-interval-unverified", "1",
-                "--challenge-interval", "1", "--heartbeat-interval", "0.5") as relay:
+                "--heartbeat-interval", "0.5", "--beacon-interval", "1", "--roll-call-interval-s", "5",
+                "--roll-call-min-gap-s", "5") as relay:  # once verified, roll calls challenge it
             log = Path(tmp) / "node.log"
             with open(log, "wb") as out:
                 node = subprocess.Popen([CLI, "node", "--relay", relay.url, "--no-gpu", "--no-jitter", "--budget-ms",

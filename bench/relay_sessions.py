@@ -143,6 +143,18 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
     await asyncio.wait(tasks, timeout=30)
 
 
+def register_nodes(relay: RelayProcess, count: int) -> tuple[list[tuple[NodeKey, dict[str, Any]]], float]:
+    """Registers `count` sample nodes against the relay's current beacon (32 connections); keys, profiles
+    and the wall time it took."""
+    with urllib.request.urlopen(relay.url + "/beacon") as r:
+        beacon: dict[str, Any] = json.loads(r.read())
+    pairs = [sample_profile(beacon=beacon) for _ in range(count)]
+    reqs = [post_request("127.0.0.1", relay.port, "/v1/profiles", json.dumps(p).encode()) for _, p in pairs]
+    _, statuses, wall = asyncio.run(run_closed_loop("127.0.0.1", relay.port, reqs, 32))
+    assert all(s == 201 for s in statuses), "registration failed"
+    return pairs, wall
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", default="100,1000,5000,10000")
@@ -152,14 +164,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning").start()
         try:
-            with urllib.request.urlopen(relay.url + "/beacon") as r:
-                beacon: dict[str, Any] = json.loads(r.read())
-            pairs = [sample_profile(beacon=beacon) for _ in range(max(steps))]
-            reqs = [post_request("127.0.0.1", relay.port, "/v1/profiles", json.dumps(p).encode()) for _, p in pairs]
-            _, statuses, wall = asyncio.run(run_closed_loop("127.0.0.1", relay.port, reqs, 32))
-            assert all(s == 201 for s in statuses), "registration failed"
+            pairs, wall = register_nodes(relay, max(steps))
             assert relay.proc is not None
-            print(f"registered {len(reqs)} nodes in {wall:.0f} s; relay RSS {rss_mib(relay.proc.pid):.0f} MiB "
+            print(f"registered {len(pairs)} nodes in {wall:.0f} s; relay RSS {rss_mib(relay.proc.pid):.0f} MiB "
                   "before any session", flush=True)
             asyncio.run(run_steps(relay, [k for k, _ in pairs], steps, args.hold_s))
         finally:

@@ -33,13 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from websockets.asyncio.client import connect  # noqa: E402
 
-from bench.relay_load import post_request, run_closed_loop  # noqa: E402
-from bench.relay_sessions import beats, cpu_s  # noqa: E402
+from bench.relay_sessions import beats, cpu_s, register_nodes  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
-from tests.samples import sample_profile  # noqa: E402
 
 RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "8",
          "--roll-call-min-gap-s", "8", "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
@@ -124,12 +122,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
         try:
-            with urllib.request.urlopen(relay.url + "/beacon") as r:
-                beacon: dict[str, Any] = json.loads(r.read())
-            pairs = [sample_profile(beacon=beacon) for _ in range(max(steps))]
-            reqs = [post_request("127.0.0.1", relay.port, "/v1/profiles", json.dumps(p).encode()) for _, p in pairs]
-            _, statuses, _ = asyncio.run(run_closed_loop("127.0.0.1", relay.port, reqs, 32))
-            assert all(s == 201 for s in statuses), "registration failed"
+            pairs, _ = register_nodes(relay, max(steps))
             from host_runner.node import RunOptions, measure
             from host_runner.relay_client import fetch_beacon, post_profile
 

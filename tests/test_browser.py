@@ -415,7 +415,7 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
 def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, artifacts: Artifacts) -> None:
     """The join page answers the relay's challenges in its probe workers with the capsule's own code and
     becomes verified; a hidden tab opts out and is not challenged any more."""
-    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
+    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1",
             "--challenge-llm-check-fraction", "1", "--beacon-interval", "1", "--roll-call-interval-s", "5",
             "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5", "--roll-call-target-s", "1"]
     with RelayProcess(tmp_path / "data", *fast) as r:

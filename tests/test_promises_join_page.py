@@ -361,7 +361,7 @@ def test_a_hidden_tab_answers_no_challenges_and_answers_again_when_shown(devtool
     workers. Another tab brought to the front hides it for real: it says so to the relay (hello without
     answers), no challenge is answered or failed any more, and its renderer idles; shown again, it answers
     again."""
-    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1"]
+    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1"]
     with RelayProcess(tmp_path / "relay", *fast) as relay:
         [tab] = [t for t in devtools.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
         join_tab = devtools.attach(tab["targetId"])

@@ -24,12 +24,11 @@ from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
 
 # a roll call every 6 s (beacon rounds every 1 s), its reference-model phase 3 s after the SGEMM one
-ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
-        "--beacon-interval", "1", "--roll-call-interval-s", "6", "--roll-call-min-gap-s", "6",
-        "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
+QUICK = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
+         "--beacon-interval", "1", "--roll-call-target-s", "1"]
+ROLL = [*QUICK, "--roll-call-interval-s", "6", "--roll-call-min-gap-s", "6", "--roll-call-llm-offset-s", "3"]
 # identities sharing the machine take ~4x as long per phase: roll calls 10 s apart, so each finds them idle
-SHARED = [*ROLL[:-8], "--roll-call-interval-s", "10", "--roll-call-min-gap-s", "10", "--roll-call-llm-offset-s", "4",
-          "--roll-call-target-s", "1"]
+SHARED = [*QUICK, "--roll-call-interval-s", "10", "--roll-call-min-gap-s", "10", "--roll-call-llm-offset-s", "4"]
 
 
 @pytest.fixture(scope="module")

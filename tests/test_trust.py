@@ -28,7 +28,7 @@ from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import CLI, RelayProcess
 
-FAST = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--challenge-interval", "1",
+FAST = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1",
         "--heartbeat-interval", "0.5", "--challenge-llm-check-fraction", "1", "--beacon-interval", "1",
         "--roll-call-interval-s", "5", "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5",
         "--roll-call-target-s", "1"]

@@ -211,10 +211,8 @@ class ChallengeDesk:
         beacon = self.relay.beacons.latest
         if beacon is None:
             return
-        verified = all(self.status(w.node_id, now_wall) == "verified" for w in group if w.node_id)
         first = min(w.node_id for w in group if w.node_id)
-        self.next_at[host] = now_wall + next_gap_s(self.secret, beacon["value"], first, self.rounds[host], verified,
-                                                   self.config)
+        self.next_at[host] = now_wall + next_gap_s(self.secret, beacon["value"], first, self.rounds[host], self.config)
         self.rounds[host] += 1
         llm_round = self.rounds[host] % self.config.challenge_llm_every == 0 and self.config.reactor_wasm.exists()
         for who in group:

@@ -161,16 +161,15 @@ def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], 
                      claimed_tps=claimed_tps, beacon_value=str(beacon["value"]))
 
 
-def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, verified: bool,
-               config: RelayConfig) -> float:
-    """Seconds until a node's next solo challenge: the mean for its state x (1 +- spread), drawn from the
+def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, config: RelayConfig) -> float:
+    """Seconds until a not-yet-verified node's next solo challenge (verified nodes are kept so by roll calls):
+    challenge_interval_unverified_s x (1 +- spread), drawn from the
     relay's secret, the beacon, the node and how many challenges it had. The secret matters: from public
     data alone (beacon, NodeId, count) a node once predicted its next moment within 0.04-0.94 s."""
     digest = hmac.new(secret, f"ce-bench/v1/challenge-at/{beacon_value}/{node_id}/{count}".encode(),
                       hashlib.sha256).digest()
     u = int.from_bytes(digest[:8], "big") / 2**64
-    mean = config.challenge_interval_s if verified else config.challenge_interval_unverified_s
-    return mean * (1 + config.challenge_spread * (2 * u - 1))
+    return config.challenge_interval_unverified_s * (1 + config.challenge_spread * (2 * u - 1))
 
 
 def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Random,

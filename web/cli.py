@@ -29,8 +29,6 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                                 "to its first challenge"),
     "--challenge-interval-unverified": ("challenge_interval_unverified_s", click.FloatRange(0.1),
                                         "mean seconds between challenges of a node not yet verified"),
-    "--challenge-interval": ("challenge_interval_s", click.FloatRange(0.1), "mean seconds between challenges "
-                             "of a verified node"),
     "--challenge-llm-check-fraction": ("challenge_llm_check_fraction", click.FloatRange(0, 1), "share of "
                                        "reference-model challenges whose token hash the relay recomputes"),
     "--roll-call-interval-s": ("roll_call_interval_s", click.FloatRange(0.1), "mean seconds between roll calls "

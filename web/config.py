@@ -72,7 +72,6 @@ class RelayConfig:
     challenge_target_s: float = 0.5
     challenge_first_after_s: float = 5.0          # after the hello of a node with a profile here
     challenge_interval_unverified_s: float = 60.0  # mean gap while a node is not yet verified
-    challenge_interval_s: float = 900.0            # mean gap once verified: ~0.06% of a node's time
     challenge_spread: float = 0.5                  # gaps are mean x (1 +- spread), drawn from the beacon
     # The commitment must arrive within this (s): a node 40x slower than its claim is late, not slow.
     challenge_commit_timeout_s: float = 20.0

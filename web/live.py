@@ -61,7 +61,6 @@ class Session:
     node_id: str | None = None
     last_seq: int = -1
     rtt_ms: float | None = None
-    rtt_min_ms: float | None = None  # the floor of the session's RTTs (the link sample's view)
     rtt_recent: list[float] = field(default_factory=list)  # the last RTT_RECENT_KEPT samples for challenges
     errors: int = 0
     rtt_samples: list[float] = field(default_factory=list)
@@ -137,7 +136,6 @@ class Session:
         self.rtt_samples.append(rtt_ms)
         if not busy:
             self.rtt_recent = [*self.rtt_recent, rtt_ms][-RTT_RECENT_KEPT:]
-        self.rtt_min_ms = rtt_ms if self.rtt_min_ms is None else min(self.rtt_min_ms, rtt_ms)
         self.rtt_ms = rtt_ms if self.rtt_ms is None else (1 - RTT_EWMA_ALPHA) * self.rtt_ms + RTT_EWMA_ALPHA * rtt_ms
         return self.rtt_ms
 
