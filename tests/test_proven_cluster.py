@@ -21,7 +21,7 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
-from tests.test_proven import SHARED, challenges, node, registered, shared_roll_calls, until
+from tests.test_proven import SHARED, challenges, join_verified, node, registered, shared_roll_calls, until
 from tests.threaded import in_thread
 
 
@@ -72,8 +72,8 @@ def metric(relay: RelayProcess, name: str) -> float:
 def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
         artifacts: Any) -> None:
-    """One identity alone (on relay A), then four identities of this machine, two on each relay, over roll
-    calls that challenged all four: no roll call proves more than 1.3x the lone identity's best, and both
+    """One identity alone (on relay A), then four identities of this machine, two on each relay (each verified
+    alone), over roll calls that challenged all four: no roll call proves more than 1.3x the lone identity's best, and both
     relays show the same statuses and totals (the lower-id relay leads; both name the same roll calls)."""
     _, relays, relay_keys = cluster
     a, b = relays
@@ -87,8 +87,10 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
     sessions = [LiveSession(a.url, keys[0], reactor_wasm=artifacts.reactor).start()]
     try:
         alone = shared_roll_calls(a, keys[:1], 4, 180)
-        sessions += [LiveSession((a if i % 2 else b).url, k, reactor_wasm=artifacts.reactor).start()
-                     for i, k in enumerate(keys[1:], start=1)]
+        for i, k in enumerate(keys[1:], start=1):  # each verified alone on its relay, then all share
+            on = a if i % 2 else b
+            sessions.append(join_verified(on, k, lambda k=k, on=on: LiveSession(
+                on.url, k, reactor_wasm=artifacts.reactor).start()))
         together = shared_roll_calls(a, keys, 4, 300)
         print(f"cluster: alone {alone} vs four identities on two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
