@@ -13,7 +13,10 @@ const GAUGES = [
   ["storage_free_gb", "free storage", si(1e9, "B")], ["perf_score", "perf score", (v) => [v.toFixed(2), ""]],
 ];
 // No challenge measures these: they are shown under "claimed, not proven" only, never beside a verified figure.
+// GPUs and their TFLOP/s are proven at roll calls (GPU challenges); the proven TFLOP/s are fp32 (the challenge's
+// WGSL matmul) where the claimed gauge sums the profiles' fp16 figures.
 const UNPROVEN = new Set(["gpu_vram_mb", "storage_free_gb"]);
+const PROVEN_LABEL = { gpu_tflops: "GPU fp32" };
 function gauge(label, value, show) {
   const [shown, unit] = value === null || value === undefined ? ["—", ""] : show(Number(value));
   return `<div class="gauge" role="group" aria-label="${label}"><div class="value">${shown}</div>` +
@@ -46,7 +49,7 @@ async function refresh() {
     const stats = await (await fetch("/stats", { cache: "no-store" })).json();
     const mesh = stats.mesh || {};
     $("gauges").innerHTML = gauge("verified nodes", stats.verified_nodes, count) +
-      GAUGES.filter(([k]) => k !== "nodes" && !UNPROVEN.has(k)).map(([k, label, show]) => gauge(label, stats[k], show)).join("") +
+      GAUGES.filter(([k]) => k !== "nodes" && !UNPROVEN.has(k)).map(([k, label, show]) => gauge(PROVEN_LABEL[k] || label, stats[k], show)).join("") +
       gauge("median RTT", mesh.median_rtt_ms, (v) => [v.toPrecision(3), "ms"]);
     $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, (stats.claimed || {})[k], show)).join("");
     const resp = await fetch("/atlas?limit=1000", { headers: etag ? { "if-none-match": etag } : {} });

@@ -36,13 +36,19 @@ function showTrust(profile, trust) {
     `${c.passed} challenge(s) passed, ${c.failed} failed` + (c.last_at ? `, the last at ${new Date(c.last_at * 1000).toLocaleString()}` : "") +
     `; score ${trust.score}. Observed: ${esc(trust.observed.method)}.`;
   const flops = si(1e9, "FLOP/s"), show = (v) => (v == null ? "—" : flops(v).join(" "));
+  const tf = si(1e12, "FLOP/s"), showT = (v) => (v == null ? "—" : tf(v).join(" "));
   $("trust-figures").querySelector("tbody").innerHTML =
     `<tr><td data-label="figure">CPU</td><td data-label="claimed" class="num">${show(profile.cpu.gflops_fp32)}</td>` +
     `<td data-label="observed" class="num">${show(trust.observed.gflops_fp32)}</td>` +
     `<td data-label="counted" class="num">${show(trust.counted.cpu_gflops)}</td></tr>` +
     `<tr><td data-label="figure">reference model</td><td data-label="claimed" class="num">${profile.llm.tokens_per_sec ?? "—"} tokens/s</td>` +
     `<td data-label="observed">${trust.observed.tokens_per_sec != null ? `${trust.observed.tokens_per_sec.toFixed(1)} tokens/s` : esc(trust.observed.tokens_per_sec_reason || "—")}</td>` +
-    `<td data-label="counted" class="num">${trust.counted.tokens_per_sec ? `${trust.counted.tokens_per_sec.toFixed(1)} tokens/s` : "—"}</td></tr>`;
+    `<td data-label="counted" class="num">${trust.counted.tokens_per_sec ? `${trust.counted.tokens_per_sec.toFixed(1)} tokens/s` : "—"}</td></tr>` +
+    // GPUs: fp32 TFLOP/s proven at roll calls (the GPU challenge); their memory stays claimed, not proven
+    (profile.gpus.length ? `<tr><td data-label="figure">GPU fp32 (${trust.counted.gpus || 0} proven)</td>` +
+      `<td data-label="claimed" class="num">${showT(profile.gpus.reduce((a, g) => a + (g.fp32_tflops || 0), 0))}</td>` +
+      `<td data-label="observed" class="num">${showT(trust.observed.gpu_tflops_fp32)}</td>` +
+      `<td data-label="counted" class="num">${trust.counted.gpu_tflops ? showT(trust.counted.gpu_tflops) : "—"}</td></tr>` : "");
 }
 
 // An SVG chart (no library): claimed GFLOP/s per profile as a step line, observed per challenge as dots.
@@ -102,7 +108,7 @@ async function load() {
     `<tr><td data-label="model">${esc(g.model)}</td><td data-label="backend">${g.backend}</td>` +
     `<td data-label="fp32" class="num">${g.fp32_tflops == null ? "null" : tflops(g.fp32_tflops).join(" ")}</td>` +
     `<td data-label="fp16" class="num">${g.fp16_tflops == null ? "null" : tflops(g.fp16_tflops).join(" ")}</td>` +
-    `<td data-label="VRAM" class="num">${g.vram_mb == null ? "null" : si(2 ** 20, "B", true)(g.vram_mb).join(" ")}</td></tr>`).join("")
+    `<td data-label="VRAM (claimed, not proven)" class="num">${g.vram_mb == null ? "null" : si(2 ** 20, "B", true)(g.vram_mb).join(" ")}</td></tr>`).join("")
     : `<tr><td data-label="GPUs" colspan="5">none measured</td></tr>`;
   const graph = await fetch("/netgraph").then((r) => r.json()).catch(() => ({ edges: [], unconfirmed_edges: [] }));
   const unconfirmed = new Set((graph.unconfirmed_edges || []).map(([a, b]) => `${a} ${b}`));

@@ -59,7 +59,13 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
     except RelayError as exc:
         raise UserError(str(exc)) from None
     reactor = capsule.with_name("capsule-reactor.wasm")  # answers the relay's challenges (web/challenges.py)
-    session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None).start()
+    gpu = None
+    if not no_gpu:  # the GPU's pipelines compiled once, outside every challenge's time
+        from host_runner.gpu_answer import context_for
+
+        gpu, line = context_for(result.profile)
+        click.echo(line)
+    session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None, gpu=gpu).start()
     click.echo(f"this machine is node {key.node_id}")
     click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
     lan = lan_address()

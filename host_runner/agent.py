@@ -105,8 +105,14 @@ class Agent:
                 load_module(default_engine(), reactor)  # compiled now, not inside the first challenge's time
             else:
                 self.say(f"{reactor} is missing: this node cannot answer challenges and stays unverified")
+            gpu = None
+            if self.opts.gpu:  # compiled now, once, not inside a GPU challenge's time (--no-gpu: none)
+                from host_runner.gpu_answer import context_for
+
+                gpu, line = context_for(result.profile)
+                self.say(line)
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
-                                       say=self.say).start()
+                                       say=self.say, gpu=gpu).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)
         state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
         self.say(f"{state}; next measurement in " + (f"{wait / 3600:.1f} h" if wait >= 360 else f"{wait:.0f} s"))

@@ -344,3 +344,19 @@ class GpuAnswer:
 
     def release(self) -> None:
         self.product_roots, self.upper = [], []
+
+
+def context_for(profile: dict[str, Any]) -> tuple[GpuContext | None, str]:
+    """The GpuContext a live session answers GPU challenges with, made once after the GPU probe (shader
+    compilation stays outside every timed window), or None where the profile claims no fp32 GPU figure or
+    the device cannot be opened; and a line for the operator."""
+    gpus = profile.get("gpus") or []
+    if not any(isinstance(g, dict) and (g.get("fp32_tflops") or 0) > 0 for g in gpus):
+        return None, "no GPU fp32 figure in the profile: this node answers no GPU challenges"
+    try:
+        context = GpuContext()
+    except (GpuError, ImportError) as exc:
+        return None, f"the GPU cannot answer challenges ({exc}); its claim will not count"
+    except Exception as exc:  # a driver failing in request_device: no GPU answers, not a crashed node
+        return None, f"the GPU cannot answer challenges ({type(exc).__name__}: {exc}); its claim will not count"
+    return context, f"GPU challenges answered on {context.name} ({context.backend})"

@@ -1,6 +1,7 @@
 """A node's live session with its relay (WS /v1/live, protocol in web/live.py): signed heartbeats at
 the interval the relay asks for, answers to RTT pings, and, given the reactor wasm, answers to the relay's
-challenges (web/challenges.py) computed by the capsule on a worker thread so pings are answered meanwhile.
+challenges (web/challenges.py) computed by the capsule on a worker thread so pings are answered meanwhile;
+given a GpuContext, answers to GPU challenges too (kind "gpu": host_runner/gpu_answer.py, the probe's WGSL).
 Runs in a background thread."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
@@ -22,25 +23,46 @@ from capsule.signing import Signer, check_signature, default_verify, node_id, si
 from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer
 from host_runner.wasm import CapsuleError
 
+if TYPE_CHECKING:
+    from host_runner.gpu_answer import GpuAnswer, GpuContext
+
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
 LlmAnswer = Callable[[ReactorPool, int, int], str]
+GpuAnswerFactory = Callable[[list[int], int, int, "GpuContext"], "GpuAnswer"]
+
+
+class _Answer(Protocol):
+    """A committed answer kept until the relay opens it (SgemmAnswer, GpuAnswer)."""
+
+    def open(self, rows: list[Any]) -> list[dict[str, Any]]: ...
+
+    def release(self) -> None: ...
+
+
+def _gpu_answer(seeds: list[int], n: int, reps: int, context: GpuContext) -> GpuAnswer:
+    from host_runner.gpu_answer import GpuAnswer  # wgpu only where a GPU answers
+
+    return GpuAnswer(seeds, n, reps, context)
 
 
 class LiveSession:
     def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None,
                  reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer,
                  llm: LlmAnswer = llm_answer, connect_options: dict[str, Any] | None = None,
-                 pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None) -> None:
+                 pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
+                 gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer) -> None:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
         self.llm = llm
+        self.gpu = gpu  # None: this session does not offer to answer GPU challenges
+        self.gpu_answer_factory = gpu_answer_factory  # tests inject wrong GPU answers through it
         self.connect_options = connect_options or {}  # e.g. source_address (a host with several addresses)
         self.pong_delay_s = pong_delay_s  # tests play a node that holds its pongs back (failure injection)
         self._ws: Any = None
         self.say = say  # one line per roll call answered and per change of trust status (`ce-bench node` logs)
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
-        self._answer: tuple[str, SgemmAnswer] | None = None
+        self._answer: tuple[str, _Answer] | None = None
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._send_lock = threading.Lock()
@@ -96,6 +118,9 @@ class LiveSession:
         if message.get("kind") == "llm":
             self._llm_challenge(ws, message)
             return
+        if message.get("kind") == "gpu":
+            self._gpu_challenge(ws, message)
+            return
         try:
             seeds = [int(s, 16) for s in message["seeds"]]
             n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
@@ -117,6 +142,36 @@ class LiveSession:
                 self._send(ws, {"type": "commit", "id": cid, "roots": roots})
 
         threading.Thread(target=work, name="challenge", daemon=True).start()
+
+    def _gpu_challenge(self, ws: Any, message: dict[str, Any]) -> None:
+        """Computes and commits a GPU challenge on a worker thread (the pipelines were compiled with the
+        GpuContext, outside the timed window)."""
+        context = self.gpu
+        if context is None:
+            self.errors.append({"type": "error", "code": "challenge_failed", "detail": "no GPU on this session"})
+            return
+        try:
+            seeds = [int(s, 16) for s in message["seeds"]]
+            n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
+        except (KeyError, TypeError, ValueError):
+            self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
+            return
+        self._drop_answer()  # a new challenge supersedes one the relay gave up on
+
+        def work() -> None:
+            from host_runner.gpu_answer import GpuError
+
+            try:
+                answer = self.gpu_answer_factory(seeds, n, reps, context)
+                roots = answer.commit()
+            except (GpuError, ValueError) as exc:
+                self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
+                return
+            self._answer = (cid, answer)
+            with contextlib.suppress(OSError, WebSocketException):
+                self._send(ws, {"type": "commit", "id": cid, "roots": roots})
+
+        threading.Thread(target=work, name="challenge-gpu", daemon=True).start()
 
     def _llm_challenge(self, ws: Any, message: dict[str, Any]) -> None:
         pool = self._pool
@@ -146,7 +201,9 @@ class LiveSession:
             return
         observed = (f"{message['observed_gflops']:.1f} GFLOP/s" if message.get("observed_gflops") is not None
                     else f"{message['observed_tokens_per_sec']:.1f} tokens/s"
-                    if message.get("observed_tokens_per_sec") is not None else "nothing observed")
+                    if message.get("observed_tokens_per_sec") is not None
+                    else f"{message['observed_tflops']:.4g} fp32 GPU TFLOP/s"
+                    if message.get("observed_tflops") is not None else "nothing observed")
         where = f"roll call {message['roll_call']}" if message.get("roll_call") else "challenge"
         self.say(f"{where} ({message.get('kind', 'sgemm')}): {message.get('verdict') or message.get('code')}, "
                  f"observed {observed}" + ("" if message.get("passed") else f": {message.get('detail')}"))
@@ -161,6 +218,11 @@ class LiveSession:
                 self._send(ws, {"type": "pong", "id": ping_id})
 
         threading.Timer(self.pong_delay_s, late).start()
+
+    @property
+    def answers(self) -> list[str]:
+        """The kinds this session answers (its hello): "gpu" only with a GpuContext."""
+        return ["sgemm", "llm"] + (["gpu"] if self.gpu is not None else [])
 
     def hello(self, answers: list[str]) -> None:
         """Says hello again on the current connection: fewer answers opt out of those challenges (a hidden
@@ -183,7 +245,7 @@ class LiveSession:
         try:
             with self._reactor_lock:
                 rows = answer.open(message.get("rows") or [])
-        except ValueError as exc:
+        except (ValueError, RuntimeError) as exc:  # (GpuError: a device lost or not deterministic)
             self.errors.append({"type": "error", "code": "bad_open", "detail": str(exc)})
             return
         self._send(ws, {"type": "opening", "id": cid, "rows": rows})
@@ -193,7 +255,7 @@ class LiveSession:
             self._ws = ws
             welcome = json.loads(ws.recv(timeout=10))
             if self.reactor_wasm is not None:
-                self._send(ws, {"type": "hello", "answers": ["sgemm", "llm"]})
+                self._send(ws, {"type": "hello", "answers": self.answers})
             interval = float(welcome["heartbeat_interval_s"])
             seq, next_beat = 0, 0.0
             while not self._stop.is_set():

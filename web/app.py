@@ -132,13 +132,14 @@ def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dic
             # no challenge measures these: null here (what cannot be proven is not a zero), figures under claimed
             "gpu_vram_mb": None, "storage_free_gb": None,
             "unproven": {"gpu_vram_mb": "no challenge measures GPU memory: see claimed",
-                         "storage_free_gb": "no challenge measures storage: see claimed",
-                         "gpus": "GPUs are not challenged yet: 0 proven; see claimed"},
+                         "storage_free_gb": "no challenge measures storage: see claimed"},
             "counting": "the latest roll call: every live node that answers challenges is challenged at one "
                         "moment; a node adds its cores (instances proven, each at >= "
-                        f"{relay.config.core_floor_gflops:g} GFLOP/s), GFLOP/s and tokens/s capped at what it "
-                        "showed within the common deadline; nothing while it is not answering. Figures no "
-                        "challenge measures (GPU, storage, memory bandwidth) appear only under claimed",
+                        f"{relay.config.core_floor_gflops:g} GFLOP/s), GFLOP/s, tokens/s, GPUs (instances of "
+                        "its GPU challenge proven) and GPU TFLOP/s capped at what it showed within the common "
+                        "deadline; nothing while it is not answering. gpu_tflops here is proven fp32 (the GPU "
+                        "challenge's WGSL matmul); claimed.gpu_tflops sums what profiles claim (fp16). Figures "
+                        "no challenge measures (GPU memory, storage, memory bandwidth) appear only under claimed",
             "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh()}
 
 
@@ -176,7 +177,8 @@ async def roll_calls(request: Request) -> Response:
                          "interval_s": config.roll_call_interval_s,
                          "method": "each beacon round starts a roll call with probability beacon_interval_s / "
                                    "interval_s; every live session that answers challenges is challenged at once "
-                                   "(SGEMM, then the reference model); proven totals are capped at claims"})
+                                   "(SGEMM, then the reference model, then the GPU); proven totals are capped at "
+                                   "claims"})
 
 
 async def relays(request: Request) -> Response:

@@ -90,37 +90,43 @@ class ChallengeDesk:
                 continue
             self.trust.setdefault(node_id, Trust(decayed_at=at)).record(
                 bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config,
-                result.get("observed_tokens_per_sec"), bool(result.get("tokens_checked")))
+                result.get("observed_tokens_per_sec"), bool(result.get("tokens_checked")),
+                result.get("observed_tflops"))
         for node_id in self.trust:
             self.refresh(node_id, time.time())
 
     def trust_json(self, node_id: str, now: float) -> dict[str, Any]:
         entry = self.relay.atlas.nodes.get(node_id)
-        claimed = entry.profile.claimed_gflops if entry else None
-        tps = entry.profile.claimed_tps if entry else None
-        body = self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps)
+        claimed, tps, gpu = self._claims(node_id)
+        body = self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps, gpu)
         proof = self.proofs.get(node_id)
         verified = entry.verified if entry is not None else Contribution()
         body["counted"] = {"cpu_gflops": verified.cpu_mgflops / 1000, "cpu_cores": verified.cores,
-                           "tokens_per_sec": verified.mtokens_per_sec / 1000, "gpus": 0, "gpu_tflops": 0.0,
+                           "tokens_per_sec": verified.mtokens_per_sec / 1000, "gpus": verified.gpus,
+                           "gpu_tflops": verified.gpu_mtflops / 1000,
                            "roll_call": proof.roll_call if proof else None,
                            "method": "what the latest roll call proved (every live session challenged at one "
-                                     "moment), capped at the claim; nothing while not answering"}
+                                     "moment), capped at the claim; nothing while not answering; gpu_tflops is "
+                                     "fp32 (the GPU challenge's WGSL matmul)"}
         body["proven"] = None if proof is None else {
             "roll_call": proof.roll_call, "gflops_fp32": round(proof.gflops, 3), "instances": proof.instances,
-            "tokens_per_sec": round(proof.tps, 3)}
+            "tokens_per_sec": round(proof.tps, 3), "gpu_tflops_fp32": round(proof.gpu_tflops, 6),
+            "gpus": proof.gpus}
         return body
 
-    def _claims(self, node_id: str) -> tuple[float | None, float | None]:
+    def _claims(self, node_id: str) -> tuple[float | None, float | None, float | None]:
+        """The claims a node is judged against: GFLOP/s, tokens/s, fp32 GPU TFLOP/s."""
         entry = self.relay.atlas.nodes.get(node_id)
-        return (entry.profile.claimed_gflops, entry.profile.claimed_tps) if entry else (None, None)
+        if entry is None:
+            return None, None, None
+        return entry.profile.claimed_gflops, entry.profile.claimed_tps, entry.profile.claimed_gpu_tflops
 
     def status(self, node_id: str, now: float) -> str:
-        entry = self.relay.atlas.nodes.get(node_id)
         trust = self.trust.get(node_id)
-        if entry is None or trust is None:
+        if node_id not in self.relay.atlas.nodes or trust is None:
             return "unverified"
-        return trust.judge(entry.profile.claimed_gflops, now, self.config, entry.profile.claimed_tps)[0]
+        claimed, tps, gpu = self._claims(node_id)
+        return trust.judge(claimed, now, self.config, tps, gpu)[0]
 
     def refresh(self, node_id: str, now: float) -> None:
         """Recomputes what the node adds to the verified scoreboard (after a result or a new profile)."""
@@ -138,14 +144,18 @@ class ChallengeDesk:
             return
         profile = entry.profile
         self.relay.atlas.set_verified(node_id, counted(proof, profile.claimed_gflops, profile.contribution.cores,
-                                                       profile.claimed_tps, self.config))
+                                                       profile.claimed_tps, self.config, profile.claimed_gpu_tflops,
+                                                       profile.gpu_count))
 
     def _drop_proof(self, node_id: str | None, now: float, what: str = "all") -> None:
-        """The node stops counting (all of it, or only tokens/s) until the next roll call proves it again."""
+        """The node stops counting (all of it, only tokens/s, or only its GPUs) until the next roll call
+        proves it again."""
         if node_id is None or node_id not in self.proofs:
             return
         if what == "tps":
             self.proofs[node_id].tps = 0.0
+        elif what == "gpu":
+            self.proofs[node_id].gpu_tflops, self.proofs[node_id].gpus = 0.0, 0
         else:
             del self.proofs[node_id]
         self.refresh(node_id, now)
@@ -161,8 +171,11 @@ class ChallengeDesk:
         # opting out (a hidden tab), or dropping the reference model, stops what depended on it at once
         if not who.active:
             self._drop_proof(who.node_id, time.time())
-        elif "llm" in who.answers and "llm" not in answers:
-            self._drop_proof(who.node_id, time.time(), "tps")
+        else:
+            if "llm" in who.answers and "llm" not in answers:
+                self._drop_proof(who.node_id, time.time(), "tps")
+            if "gpu" in who.answers and "gpu" not in answers:
+                self._drop_proof(who.node_id, time.time(), "gpu")
         who.answers = answers
         self.sessions[session_id] = who
         self.next_at.setdefault(host, time.time() + self.config.challenge_first_after_s)
@@ -286,7 +299,8 @@ class ChallengeDesk:
         now = min(float(transcript["at"]), time.time())
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
         trust.record(passed, code, ch.observed_gflops if passed else None, now, self.config,
-                     ch.observed_tps if passed else None, bool(c.get("tokens_checked")))
+                     ch.observed_tps if passed else None, bool(c.get("tokens_checked")),
+                     ch.observed_tflops if passed else None)
         if ch.roll_call:
             self.roll.on_remote_result(ch, passed, c.get("verdict"))
         self.refresh(ch.node_id, time.time())
@@ -344,15 +358,17 @@ class ChallengeDesk:
         observed = ch.observed_gflops if passed else None
         observed_tps = ch.observed_tps if passed else None
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
-        trust.record(passed, code, observed, now, self.config, observed_tps, tokens_checked)
+        trust.record(passed, code, observed, now, self.config, observed_tps, tokens_checked,
+                     ch.observed_tflops if passed else None)
         verdict = self.roll.on_result(ch, passed, code, trust.tokens_checked > 0) if ch.roll_call else None
         self.refresh(ch.node_id, now)
         result = {**ch.record(), "passed": passed, "code": code, "detail": detail, "tokens_checked": tokens_checked}
         if not passed:
-            result["observed_gflops"] = result["observed_tokens_per_sec"] = None
+            result["observed_gflops"] = result["observed_tokens_per_sec"] = result["observed_tflops"] = None
         log.info("challenge", extra={"node_id": ch.node_id, "kind": ch.kind, "passed": passed, "code": code,
                                      "observed_gflops": result.get("observed_gflops"),
-                                     "observed_tokens_per_sec": result.get("observed_tokens_per_sec")})
+                                     "observed_tokens_per_sec": result.get("observed_tokens_per_sec"),
+                                     "observed_tflops": result.get("observed_tflops")})
         await self._store(ch.node_id, now, result)
         if self.relay.cluster is not None:  # the other relays re-check it and keep the same trust
             self.relay.cluster.publish_transcript(transcript_body(
@@ -361,9 +377,10 @@ class ChallengeDesk:
             await who.send({"type": "challenge_result", "id": ch.id, "passed": passed, "code": code, "detail": detail,
                             "observed_gflops": result.get("observed_gflops"),
                             "observed_tokens_per_sec": result.get("observed_tokens_per_sec"),
+                            "observed_tflops": result.get("observed_tflops"),
                             "roll_call": ch.roll_call, "verdict": verdict, "kind": ch.kind})
-        claimed, claimed_tps = self._claims(ch.node_id)
-        status = trust.judge(claimed, now, self.config, claimed_tps)
+        claimed, claimed_tps, claimed_gpu = self._claims(ch.node_id)
+        status = trust.judge(claimed, now, self.config, claimed_tps, claimed_gpu)
         if self._told.get(ch.node_id) != status[0]:  # the node hears each change of its status, with the reason
             self._told[ch.node_id] = status[0]
             await who.send({"type": "trust", "status": status[0], "reason": status[1]})

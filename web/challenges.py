@@ -63,7 +63,7 @@ class Challenge:
     sent_at: float                     # perf_counter seconds
     rtt_ms: float
     issued_at: float = 0.0             # unix time it was sent (history; same-host rounds share it)
-    kind: str = "sgemm"                # "sgemm" | "llm"
+    kind: str = "sgemm"                # "sgemm" | "llm" | "gpu" (web/gpu_challenges.py)
     decode: int = 0                    # llm: greedy decode steps
     claimed_tps: float = 0.0           # llm: the claimed tokens/s it was sized for
     token_hash: str | None = None      # llm: the committed token_ids_sha256
@@ -85,6 +85,11 @@ class Challenge:
         return self.flops / self.commit_s / 1e9 if self.commit_s and self.kind == "sgemm" else None
 
     @property
+    def observed_tflops(self) -> float | None:
+        """fp32 TFLOP/s of a GPU answer on the relay's clock (web/gpu_challenges.observed_tflops)."""
+        return self.flops / self.commit_s / 1e12 if self.commit_s and self.kind == "gpu" else None
+
+    @property
     def observed_tps(self) -> float | None:
         return (LLM_PROMPT + self.decode) / self.commit_s if self.commit_s and self.kind == "llm" else None
 
@@ -93,12 +98,17 @@ class Challenge:
             return {"type": "challenge", "id": self.id, "kind": "llm", "decode": self.decode,
                     "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round,
                     "nonce": self.nonce, "commit_within_s": config.challenge_commit_timeout_s}
-        return {"type": "challenge", "id": self.id, "kind": "sgemm", "n": self.n, "reps": self.reps,
+        # "sgemm" and "gpu" share the message (web/gpu_challenges.gpu_message)
+        return {"type": "challenge", "id": self.id, "kind": self.kind, "n": self.n, "reps": self.reps,
                 "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "commit_within_s": config.challenge_commit_timeout_s}
 
     def record(self) -> dict[str, Any]:
         """What the history keeps: enough for anyone to recompute the challenge from the beacon."""
+        if self.kind == "gpu":
+            from web.gpu_challenges import gpu_record  # (it imports this module)
+
+            return gpu_record(self)
         if self.kind == "llm":
             return {"id": self.id, "kind": "llm", "issued_at": self.issued_at, "decode": self.decode,
                     "beacon_round": self.beacon_round, "nonce": self.nonce,
@@ -129,6 +139,10 @@ def net_time_s(elapsed_s: float, rtt_ms: float | None, config: RelayConfig) -> f
 def implausible(ch: Challenge) -> str | None:
     """Why an observed figure is beyond physics for what was asked (capsule/plausibility.py's bounds for the
     instance count challenged), or None. Such an answer was not computed in the time it claims."""
+    if ch.kind == "gpu":
+        from web.gpu_challenges import gpu_implausible  # (it imports this module)
+
+        return gpu_implausible(ch)
     gflops, tps = ch.observed_gflops, ch.observed_tps
     bound = len(ch.seeds) * plausibility.CORE_GFLOPS_MAX
     if gflops is not None and gflops > bound:

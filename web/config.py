@@ -99,7 +99,8 @@ class RelayConfig:
 
     # Roll calls (web/rollcall.py): at moments drawn from the beacon, every live session that answers
     # challenges is challenged at once (SGEMM), and again, all at once, for the reference model
-    # roll_call_llm_offset_s later (after every SGEMM answer is due). The verified scoreboard is what the
+    # roll_call_llm_offset_s later (after every SGEMM answer is due), and for the GPU roll_call_gpu_offset_s
+    # after the SGEMM phase (after every llm answer is due). The verified scoreboard is what the
     # latest roll call proved: one machine cannot answer for several identities at the same moment
     # (Douceur 2002, lemma 4). Every round whose number is a multiple of roll_call_min_gap_s /
     # beacon_interval_s may start one, with the chance that gives roll_call_interval_s on average,
@@ -117,7 +118,11 @@ class RelayConfig:
     roll_call_target_s: float = 1.0
     roll_call_deadline_factor: float = 1.25
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
-    roll_call_min_gap_s: float = 60.0      # > the llm offset + its answers: one roll call at a time
+    # The GPU phase (kind "gpu", every node that claims fp32 TFLOP/s and answers "gpu") comes after the llm
+    # phase's answers are due (> llm offset + commit + open timeouts), alone: on a CPU adapter (lavapipe,
+    # SwiftShader) the "GPU" is the CPU, and run beside the SGEMM or llm work it would show a share of it.
+    roll_call_gpu_offset_s: float = 64.0
+    roll_call_min_gap_s: float = 100.0     # > the GPU offset + its answers: one roll call at a time
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
     # A reference-model answer counts only once its token hash was recomputed equal at least once; after
     # that the relay recomputes this share of them at roll calls (each costs it what the node spent).

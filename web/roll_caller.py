@@ -1,6 +1,7 @@
 """The relay's roll calls (the rules are web/rollcall.py): when a beacon round draws one, every live session
 that answers challenges is sent its SGEMM challenge at the same moment, and later, again all at once, the
-reference-model challenge of every node that claims tokens/s. Answers come back through the challenge desk
+reference-model challenge of every node that claims tokens/s, and after that, alone, the GPU challenge of every
+node that claims fp32 TFLOP/s and answers "gpu" (web/gpu_challenges.py). Answers come back through the challenge desk
 (web/challenge_desk.py), which records what each node proved."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from capsule.challenge import LLM_PROMPT
 from web.challenges import Challenge, new_challenge, new_llm_challenge
+from web.gpu_challenges import new_gpu_challenge
 from web.rollcall import Proof, RollCall, due, on_time, shown
 from web.store import Store
 
@@ -83,17 +85,39 @@ class RollCaller:
         if ch.kind == "sgemm":
             if counts and ch.commit_s is not None:
                 previous = desk.proofs.get(node_id)
-                desk.proofs[node_id] = Proof(str(ch.roll_call), shown(ch.flops / 1e9, ch.commit_s, self.config),
-                                             len(ch.seeds), previous.tps if previous is not None else 0.0)
+                desk.proofs[node_id] = self._sgemm_proof(str(ch.roll_call), ch, previous)
                 if call is not None:
                     call.answered.add(node_id)
             else:
                 desk.proofs.pop(node_id, None)
-        else:
+        elif ch.kind == "llm":
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call == ch.roll_call:
                 proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, self.config) if counts and ch.commit_s else 0.0
+        elif ch.kind == "gpu":
+            proof = desk.proofs.get(node_id)
+            if proof is not None and proof.roll_call == ch.roll_call:
+                self._gpu_proof(proof, ch if counts else None)
+                if counts and call is not None:
+                    call.gpu_answered.add(node_id)
         desk.refresh(node_id, time.time())
+
+    def _sgemm_proof(self, call_id: str, ch: Challenge, previous: Proof | None) -> Proof:
+        """The proof an SGEMM answer makes; tokens/s and GPU figures proven at the previous roll call stand
+        until this one's llm and GPU phases."""
+        proof = Proof(call_id, shown(ch.flops / 1e9, ch.commit_s or 0.0, self.config), len(ch.seeds))
+        if previous is not None:
+            proof.tps, proof.gpu_tflops, proof.gpus = previous.tps, previous.gpu_tflops, previous.gpus
+        return proof
+
+    def _gpu_proof(self, proof: Proof, ch: Challenge | None) -> None:
+        """A GPU answer's figures on the proof (None: nothing shown: zeroes them). fp32 TFLOP/s, shown as
+        the SGEMM figure is (observed x the cap, at most the work over the target time); one GPU per
+        instance."""
+        if ch is None or ch.commit_s is None:
+            proof.gpu_tflops, proof.gpus = 0.0, 0
+            return
+        proof.gpu_tflops, proof.gpus = shown(ch.flops / 1e12, ch.commit_s, self.config), len(ch.seeds)
 
     async def run(self, beacon: dict[str, Any]) -> RollCall:
         """The SGEMM phase: every target at once; then the llm phase is scheduled."""
@@ -132,6 +156,7 @@ class RollCaller:
         log.info("roll call", extra={"roll_call": call.id, "challenged": len(planned),
                                      "send_spread_ms": call.send_spread_ms})
         self._spawn(self._after(self.config.roll_call_llm_offset_s, self.run_llm(call, beacon)))
+        self._spawn(self._after(self.config.roll_call_gpu_offset_s, self.run_gpu(call, beacon)))
         return call
 
     async def run_llm(self, call: RollCall, beacon: dict[str, Any]) -> None:
@@ -156,6 +181,33 @@ class RollCaller:
         call.llm_at = now_wall
         call.llm_challenged = {ch.node_id for _, ch in planned}
         call.llm_send_spread_ms = await self._send_all(planned)
+
+    async def run_gpu(self, call: RollCall, beacon: dict[str, Any]) -> None:
+        """The GPU phase: every node that claims fp32 TFLOP/s and answers "gpu", at once (after the llm
+        phase's answers: on a CPU adapter the GPU is the CPU)."""
+        desk = self.desk
+        if self.latest is not call:
+            return  # a newer roll call began; it has its own GPU phase
+        planned: list[tuple[Challengee, Challenge]] = []
+        for node_id, who in self._targets().items():
+            claim = desk.relay.atlas.nodes[node_id].profile
+            if not claim.claimed_gpu_tflops:
+                continue
+            if "gpu" not in who.answers or who.challenge is not None:
+                desk._drop_proof(node_id, time.time(), "gpu")  # claims a GPU, did not show it now
+                if "gpu" in who.answers:
+                    call.gpu_failed[node_id] = "busy"
+                continue
+            ch = new_gpu_challenge(node_id, claim.claimed_gpu_tflops, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
+                                   self.config, self.config.roll_call_target_s, gpus=claim.gpu_count,
+                                   gpu_n=claim.gpu_n, binding_limit=claim.gpu_binding_limit)
+            ch.roll_call, ch.issued_at = call.id, time.time()
+            planned.append((who, ch))
+        call.gpu_at = time.time()
+        call.gpu_challenged = {ch.node_id for _, ch in planned}
+        call.gpu_send_spread_ms = await self._send_all(planned)
+        log.info("roll call gpu phase", extra={"roll_call": call.id, "challenged": len(planned),
+                                               "send_spread_ms": call.gpu_send_spread_ms})
 
     async def _send_all(self, planned: list[tuple[Challengee, Challenge]]) -> float | None:
         """Sends every planned challenge back to back (all built beforehand, so the sends are all that
@@ -184,14 +236,26 @@ class RollCaller:
         if ch.kind == "sgemm":
             if passed and in_time and ch.commit_s is not None:
                 call.answered.add(node_id)
-                previous = desk.proofs.get(node_id)
-                # tokens/s proven at the previous roll call stand until this one's llm phase
-                desk.proofs[node_id] = Proof(call.id, shown(ch.flops / 1e9, ch.commit_s, config), len(ch.seeds),
-                                             previous.tps if previous is not None else 0.0)
+                # tokens/s and GPUs proven at the previous roll call stand until this one's llm and GPU phases
+                desk.proofs[node_id] = self._sgemm_proof(call.id, ch, desk.proofs.get(node_id))
             else:
                 call.failed[node_id] = code
                 desk.proofs.pop(node_id, None)
-        else:
+        elif ch.kind == "gpu":
+            proof = desk.proofs.get(node_id)
+            if proof is not None and proof.roll_call != call.id:
+                proof = None  # no SGEMM proof of this roll call: nothing to attach GPUs to
+            if passed and in_time and proof is None:
+                code = "no_sgemm_proof_this_roll_call"
+            if passed and code == "passed":
+                call.gpu_answered.add(node_id)
+                if proof is not None:
+                    self._gpu_proof(proof, ch)
+            else:
+                call.gpu_failed[node_id] = code
+                if proof is not None:
+                    self._gpu_proof(proof, None)
+        elif ch.kind == "llm":
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call != call.id:
                 proof = None  # no SGEMM proof of this roll call: nothing to attach tokens/s to
@@ -223,7 +287,8 @@ class RollCaller:
                 and n in atlas.nodes]
         return {"nodes": sum(1 for r in rows if r.cpu_mgflops), "cpu_cores": sum(r.cores for r in rows),
                 "cpu_gflops": sum(r.cpu_mgflops for r in rows) / 1000,
-                "tokens_per_sec": sum(r.mtokens_per_sec for r in rows) / 1000, "gpus": 0, "gpu_tflops": 0.0}
+                "tokens_per_sec": sum(r.mtokens_per_sec for r in rows) / 1000, "gpus": sum(r.gpus for r in rows),
+                "gpu_tflops": sum(r.gpu_mtflops for r in rows) / 1000}
 
     def page(self, limit: int, before: float | None) -> list[dict[str, Any]]:
         """Roll calls, latest first (this run's with live totals for the latest, then earlier runs')."""

@@ -4,7 +4,9 @@ Douceur's lemma (The Sybil Attack, IPTPS 2002): unless the tests of all identiti
 machine presents as many identities as it can answer one after another. So the verified scoreboard is not
 the sum of staggered challenges: it is what the latest roll call proved. At a roll call the relay sends a
 challenge to every live session that answers them, all at once (SGEMM for every node; the reference model,
-again all at once, `roll_call_llm_offset_s` later, for every node that claims tokens/s). Identities that
+again all at once, `roll_call_llm_offset_s` later, for every node that claims tokens/s; then, alone,
+`roll_call_gpu_offset_s` after the SGEMM phase, the GPU challenge of every node that claims fp32 TFLOP/s
+and answers "gpu": web/gpu_challenges.py). Identities that
 share a machine share it at that moment, whatever addresses or relays they use.
 
 The moment: every gap_rounds-th beacon round (roll_call_min_gap_s apart) starts a roll call with probability
@@ -14,7 +16,10 @@ knows it before the round exists), at `roll_call_delay_s` after the round was is
 What a node counts (`proven`): only an answer within the common deadline (on_time), and then the claim capped
 at what the answer showed (shown: observed x trust_cap_factor, at most the work given / the target time);
 cores only as many instances as it proved, each at least `core_floor_gflops`; tokens/s only from a node
-whose token hash the relay has recomputed equal at least once. Nothing for a node that joined since, was
+whose token hash the relay has recomputed equal at least once; GPUs only as many as instances it proved,
+and fp32 TFLOP/s (what the GPU challenge measures: the probe's matmul_f32.wgsl) capped at its fp32 claim.
+The claimed scoreboard's gpu_tflops sums what profiles claim (fp16); the verified one's is proven fp32.
+Nothing for a node that joined since, was
 hidden, opted out, or did not answer in time, until the next roll call.
 """
 
@@ -62,6 +67,8 @@ class Proof:
     gflops: float = 0.0
     instances: int = 0
     tps: float = 0.0             # 0 until the llm phase showed it (and its hash was ever checked)
+    gpu_tflops: float = 0.0      # fp32 TFLOP/s: 0 until the GPU phase showed it
+    gpus: int = 0                # GPUs (instances) proven at the GPU phase
 
 
 def on_time(net_s: float, config: RelayConfig) -> bool:
@@ -83,15 +90,19 @@ def shown(work: float, net_s: float, config: RelayConfig) -> float:
 
 
 def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, claimed_tps: float | None,
-            config: RelayConfig) -> Contribution:
-    """The node's contribution to the verified scoreboard from its latest roll call."""
+            config: RelayConfig, claimed_gpu_tflops: float | None = None, claimed_gpus: int = 0) -> Contribution:
+    """The node's contribution to the verified scoreboard from its latest roll call. GPU figures: fp32
+    TFLOP/s proven (min of the fp32 claim and what the GPU phase showed) and the GPUs (instances) proven."""
     gflops = min(claimed_gflops or 0.0, proof.gflops)
     # a core counts only where its share of what was shown reaches the floor (cores are cheap to claim)
     cores = min(proof.instances, max(claimed_cores, 0), math.floor(proof.gflops / config.core_floor_gflops))
     tps = min(claimed_tps or 0.0, proof.tps)
     if gflops <= 0:
         return Contribution()
-    return Contribution(cores=max(cores, 0), cpu_mgflops=round(gflops * MILLI), mtokens_per_sec=round(tps * MILLI))
+    gpu_tflops = min(claimed_gpu_tflops or 0.0, proof.gpu_tflops)
+    gpus = min(proof.gpus, max(claimed_gpus, 0)) if gpu_tflops > 0 else 0
+    return Contribution(cores=max(cores, 0), cpu_mgflops=round(gflops * MILLI), mtokens_per_sec=round(tps * MILLI),
+                        gpus=gpus, gpu_mtflops=round(gpu_tflops * MILLI) if gpus else 0)
 
 
 @dataclass
@@ -110,6 +121,11 @@ class RollCall:
     llm_answered: set[str] = field(default_factory=set)
     llm_failed: dict[str, str] = field(default_factory=dict)
     llm_send_spread_ms: float | None = None
+    gpu_at: float | None = None
+    gpu_challenged: set[str] = field(default_factory=set)
+    gpu_answered: set[str] = field(default_factory=set)
+    gpu_failed: dict[str, str] = field(default_factory=dict)
+    gpu_send_spread_ms: float | None = None
     proven: dict[str, float] = field(default_factory=dict)  # totals once complete (filled by the desk)
 
     def to_json(self) -> dict[str, Any]:
@@ -122,4 +138,9 @@ class RollCall:
                         "failed": len(self.llm_failed), "failure_codes": sorted(set(self.llm_failed.values())),
                         "send_spread_ms": None if self.llm_send_spread_ms is None
                         else round(self.llm_send_spread_ms, 3)},
+                "gpu": {"at": None if self.gpu_at is None else round(self.gpu_at, 3),
+                        "challenged": len(self.gpu_challenged), "answered": len(self.gpu_answered),
+                        "failed": len(self.gpu_failed), "failure_codes": sorted(set(self.gpu_failed.values())),
+                        "send_spread_ms": None if self.gpu_send_spread_ms is None
+                        else round(self.gpu_send_spread_ms, 3)},
                 "proven": dict(self.proven)}

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from capsule.gpu_challenge import BINDING_DEFAULT
 from capsule.model import NodeProfile
 from capsule.typed import parse
+from web.gpu_challenges import gpu_claim
 from web.stats import MILLI, Contribution
 
 
@@ -55,10 +57,17 @@ class ProfileSummary:
     mem_bw_gbps: float | None
     gpu_fp16_tflops: float | None  # all GPUs together; None without GPUs
     storage_read_mbps: float | None
+    # the GPU claim a GPU challenge is sized for (web/gpu_challenges.gpu_claim); defaults: summaries stored
+    # before GPU challenges load as claiming none (until the node posts its next profile)
+    gpu_fp32_tflops: float | None = None  # fp32 WGSL matmul TFLOP/s of all its GPUs together
+    gpu_count: int = 0                    # GPUs with an fp32 figure: one challenge instance each
+    gpu_n: int | None = None              # the probe's order
+    gpu_binding_limit: int = BINDING_DEFAULT  # the smallest storage binding its adapters allow, bytes
 
     @staticmethod
     def of(record: NodeProfile) -> ProfileSummary:
         gpus = record.gpus
+        claim = gpu_claim([g.fp32_tflops for g in gpus], record.evidence)
         return ProfileSummary(
             node_id=record.node_id, measured_at=record.measured_at, sig=record.sig,
             contribution=Contribution(
@@ -69,7 +78,10 @@ class ProfileSummary:
             sgemm_n=sgemm_order(record.evidence), tokens_per_sec=record.llm.tokens_per_sec,
             mem_bw_gbps=record.cpu.mem_bw_gbps,
             gpu_fp16_tflops=sum(g.fp16_tflops or 0.0 for g in gpus) if gpus else None,
-            storage_read_mbps=record.storage.read_mbps)
+            storage_read_mbps=record.storage.read_mbps,
+            gpu_fp32_tflops=claim.tflops if claim else None, gpu_count=claim.gpus if claim else 0,
+            gpu_n=claim.n if claim else None,
+            gpu_binding_limit=claim.binding_limit if claim else BINDING_DEFAULT)
 
     @staticmethod
     def of_profile(data: Any) -> ProfileSummary:
@@ -84,6 +96,11 @@ class ProfileSummary:
     @property
     def claimed_tps(self) -> float | None:
         return _positive(self.tokens_per_sec)
+
+    @property
+    def claimed_gpu_tflops(self) -> float | None:
+        """The fp32 TFLOP/s GPU challenges are sized for and judged against (None: no GPU to challenge)."""
+        return _positive(self.gpu_fp32_tflops) if self.gpu_count > 0 else None
 
     def figures(self) -> dict[str, Any]:
         """The headline figures, as a node's history keeps them (units in the names)."""

@@ -62,8 +62,8 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
     """The Challenge a transcript describes, seeds derived again from its beacon value and nonce."""
     c = transcript["challenge"]
     kind = c.get("kind")
-    if kind not in ("sgemm", "llm"):
-        raise TranscriptError("invalid_transcript", f"challenge.kind: expected sgemm or llm, got {kind!r}")
+    if kind not in ("sgemm", "llm", "gpu"):
+        raise TranscriptError("invalid_transcript", f"challenge.kind: expected sgemm, llm or gpu, got {kind!r}")
     value, nonce = c.get("beacon_value"), c.get("nonce")
     if not isinstance(value, str) or not isinstance(nonce, str) or len(nonce) > 64:
         raise TranscriptError("invalid_transcript", "challenge.beacon_value and challenge.nonce are strings")
@@ -88,11 +88,12 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
 
 
 def check_transcript(transcript: dict[str, Any], rng: random.Random, config: RelayConfig) -> Challenge:
-    """Re-checks a passed SGEMM transcript's work (proofs and freshly drawn entries); the rebuilt Challenge.
+    """Re-checks a passed SGEMM or GPU transcript's work (proofs and freshly drawn entries: a GPU challenge is
+    an sgemm challenge of another order and size, checked alike); the rebuilt Challenge.
     Raises TranscriptError (a failed re-check is `wrong_transcript`)."""
     ch = rebuild(transcript, config)
     c = transcript["challenge"]
-    if ch.kind != "sgemm" or not c.get("passed"):
+    if ch.kind not in ("sgemm", "gpu") or not c.get("passed"):
         return ch  # a failure or a reference-model answer: nothing to recompute here
     roots, rows = c.get("roots"), c.get("rows")
     if (not isinstance(roots, list) or len(roots) != len(ch.seeds) or not isinstance(rows, list)

@@ -9,7 +9,8 @@ behaviour matters most, and failures weigh more than passes. A node is
 - flagged    for `trust_flag_hold_s` after a wrong answer (whatever the decay), while its decayed failure
              weight reaches `trust_flag_failures` (late answers pile up), or, once `trust_min_passes`
              challenges passed, while its claim exceeds the best observed throughput by more than
-             `trust_flag_factor`;
+             `trust_flag_factor` (likewise a GPU claim, in fp32 TFLOP/s, once `trust_min_passes` GPU
+             challenges were observed);
 - unverified otherwise (too few challenges yet, none recent, or a client that does not answer them).
 
 The status is what a node's page shows. What it adds to the verified scoreboard is what the latest roll
@@ -47,6 +48,7 @@ class Trust:
     last_code: str | None = None
     observed_gflops: list[float] = field(default_factory=list)  # the last trust_observed_kept figures
     observed_tps: list[float] = field(default_factory=list)     # the same for reference-model challenges
+    observed_gpu_tflops: list[float] = field(default_factory=list)  # the same for GPU challenges (fp32 TFLOP/s)
     flagged_until: float = 0.0   # unix time a wrong answer's hold ends (trust_flag_hold_s after it)
     last_pass_at: float | None = None
     tokens_checked: int = 0      # reference-model answers whose hash the relay recomputed and found equal
@@ -60,7 +62,8 @@ class Trust:
             self.decayed_at = now
 
     def record(self, passed: bool, code: str, observed_gflops: float | None, now: float,
-               config: RelayConfig, observed_tps: float | None = None, tokens_checked: bool = False) -> None:
+               config: RelayConfig, observed_tps: float | None = None, tokens_checked: bool = False,
+               observed_gpu_tflops: float | None = None) -> None:
         self._decay(now, config.trust_half_life_s)
         keep = config.trust_observed_kept
         if passed:
@@ -72,6 +75,8 @@ class Trust:
                 self.observed_gflops = [*self.observed_gflops, observed_gflops][-keep:]
             if observed_tps is not None and math.isfinite(observed_tps):
                 self.observed_tps = [*self.observed_tps, observed_tps][-keep:]
+            if observed_gpu_tflops is not None and math.isfinite(observed_gpu_tflops):
+                self.observed_gpu_tflops = [*self.observed_gpu_tflops, observed_gpu_tflops][-keep:]
         else:
             self.failed += failure_weight(code, config)
             self.failures_total += 1
@@ -90,7 +95,7 @@ class Trust:
         return statistics.median(self.observed_gflops) if self.observed_gflops else None
 
     def judge(self, claimed_gflops: float | None, now: float, config: RelayConfig,
-              claimed_tps: float | None = None) -> tuple[str, str]:
+              claimed_tps: float | None = None, claimed_gpu_tflops: float | None = None) -> tuple[str, str]:
         """(status, reason) against the node's current claims."""
         self._decay(now, config.trust_half_life_s)
         if now < self.flagged_until:
@@ -109,6 +114,11 @@ class Trust:
                 and claimed_tps > best_tps * config.trust_flag_factor):
             return "flagged", (f"claims {claimed_tps:.1f} tokens/s; the best the relay observed is {best_tps:.1f} "
                                f"(more than {config.trust_flag_factor:g}x apart)")
+        gpu = self.observed_gpu_tflops
+        if (claimed_gpu_tflops and len(gpu) >= config.trust_min_passes
+                and claimed_gpu_tflops > max(gpu) * config.trust_flag_factor):
+            return "flagged", (f"claims {claimed_gpu_tflops:.4g} fp32 GPU TFLOP/s; the best the relay observed is "
+                               f"{max(gpu):.4g} (more than {config.trust_flag_factor:g}x apart)")
         if self.passes_total < config.trust_min_passes:
             if self.passes_total == 0 and self.failures_total == 0:
                 return "unverified", "no challenge answered yet (a client must say hello to be challenged)"
@@ -125,8 +135,9 @@ class Trust:
         return round(self.passed - config.trust_failure_penalty * self.failed, 3)
 
     def to_json(self, claimed_gflops: float | None, now: float, config: RelayConfig,
-                claimed_tps: float | None = None) -> dict[str, Any]:
-        status, reason = self.judge(claimed_gflops, now, config, claimed_tps)
+                claimed_tps: float | None = None, claimed_gpu_tflops: float | None = None) -> dict[str, Any]:
+        status, reason = self.judge(claimed_gflops, now, config, claimed_tps, claimed_gpu_tflops)
+        gpu = self.observed_gpu_tflops
         best = self.best_gflops
         tps = self.observed_tps
         return {
@@ -135,11 +146,14 @@ class Trust:
                          "gflops_fp32_median": round(self.median_gflops or 0.0, 3) if best is not None else None,
                          "tokens_per_sec": round(max(tps), 3) if tps else None,
                          "tokens_per_sec_median": round(statistics.median(tps), 3) if tps else None,
+                         "gpu_tflops_fp32": round(max(gpu), 6) if gpu else None,
+                         "gpu_tflops_fp32_median": round(statistics.median(gpu), 6) if gpu else None,
                          "method": f"best and median of the last {config.trust_observed_kept} challenges: 2 n^3 x "
                                    "instances flop / (commitment received - challenge sent - the session's median "
                                    f"RTT, at most {config.challenge_rtt_share_max:g} of that time), on the "
                                    "relay's clock; tokens/s likewise: (32 prompt + decode) forward passes of "
-                                   "the reference model / the same window",
+                                   "the reference model / the same window; GPU TFLOP/s likewise: 2 n^3 x "
+                                   "instances flop of the GPU challenge (the probe's fp32 WGSL matmul)",
                          "tokens_per_sec_reason": None if tps else
                          "no reference-model challenge answered yet (only clients that offer 'llm' get them)"},
             "challenges": {"passed": self.passes_total, "failed": self.failures_total, "last_at": self.last_at,

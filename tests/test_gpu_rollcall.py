@@ -1,0 +1,213 @@
+"""GPU challenges at roll calls (issue 20, item 5), against a real relay process, the real capsule and a real
+wgpu adapter (lavapipe: Mesa's Vulkan on the CPU): a node whose profile claims fp32 GPU TFLOP/s and whose
+live session answers "gpu" (host_runner/live_client.py with a GpuContext) is sent a GPU challenge at every
+roll call, after the SGEMM and reference-model phases; what it proved there is counted on /stats (gpus,
+gpu_tflops, fp32) and on its node page. A claim 3x the adapter's speed counts at most what was shown (and
+flags once the relay observed it twice); a wrong GPU answer fails (wrong_proof) and flags.
+
+Every comparison first asserts its precondition: the node's GPU challenge at a roll call was recorded."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from capsule.signing import sign
+from common.keys import NodeKey
+from host_runner.gpu_answer import GpuAnswer, GpuContext, GpuError
+from host_runner.live_client import LiveSession
+from host_runner.node import RunOptions, measure
+from host_runner.relay_client import fetch_beacon, post_profile
+from tests.relay_process import RelayProcess
+from tests.test_proven import challenges, node, stats, until
+from web.challenges import check_opened, on_commit, parse_opening
+from web.config import RelayConfig
+from web.gpu_challenges import new_gpu_challenge
+from web.rollcall import Proof, counted
+from web.stats import Contribution
+from web.transcripts import TranscriptError, check_transcript, transcript_body
+
+# a roll call every 12 s (beacon rounds every 1 s): SGEMM at 0, the reference model at 3 s, the GPU alone at 7 s
+ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
+        "--beacon-interval", "1", "--roll-call-interval-s", "12", "--roll-call-min-gap-s", "12",
+        "--roll-call-llm-offset-s", "3", "--roll-call-gpu-offset-s", "7", "--roll-call-target-s", "1"]
+CAP = 1.15  # RelayConfig.trust_cap_factor: a roll call shows at most observed x this
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayProcess]:
+    with RelayProcess(tmp_path_factory.mktemp("gpu-rollcall") / "relay", *ROLL) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def ctx() -> GpuContext:
+    """The adapter host_runner/gpu.py measures first here (lavapipe), its pipelines compiled once."""
+    try:
+        return GpuContext()
+    except GpuError as exc:
+        pytest.fail(f"no WebGPU adapter ({exc}): scripts/setup installs lavapipe (mesa-vulkan-drivers)")
+
+
+@pytest.fixture(scope="module")
+def measured(relay: RelayProcess, artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A profile measured here with the GPU probe: gpus[0].fp32_tflops is lavapipe's real speed."""
+    opts = RunOptions(capsule=artifacts.capsule, phase_budget_ms=500, gpu=True, jitter=False,
+                      scratch=tmp_path_factory.mktemp("scratch"))
+    profile = measure(NodeKey.generate(), fetch_beacon(relay.url), opts).profile
+    assert profile["gpus"] and profile["gpus"][0]["fp32_tflops"], profile["evidence"]["gpu_notes"]
+    return profile
+
+
+def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float = 1.0) -> NodeKey:
+    """A fresh key whose profile (the measured one, its GPU's fp32 claim x gpu_factor) the relay accepted."""
+    key = NodeKey.generate()
+    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
+    body["node_id"] = key.node_id
+    body["beacon"] = {k: fetch_beacon(relay.url)[k] for k in ("relay", "round", "value")}
+    body["measured_at"] = int(time.time())
+    body["gpus"][0]["fp32_tflops"] = round(body["gpus"][0]["fp32_tflops"] * gpu_factor, 6)
+    post_profile(relay.url, sign("NodeProfile", body, key))
+    return key
+
+
+def gpu_answers(relay: RelayProcess, key: NodeKey) -> list[dict[str, Any]]:
+    """The node's GPU challenges at roll calls, as its history keeps them."""
+    return [e for e in challenges(relay, key) if e["kind"] == "gpu" and e["roll_call"]]
+
+
+def test_gpu_proven_and_counted_at_a_roll_call(relay: RelayProcess, measured: dict[str, Any], artifacts: Any,
+                                               ctx: GpuContext) -> None:
+    """An honest node with a GPU: its GPU challenge passes at a roll call and /stats counts its GPU (fp32
+    TFLOP/s proven, at most its claim), as does its node page."""
+    claim = measured["gpus"][0]["fp32_tflops"]
+    key = registered(relay, measured)
+    lines: list[str] = []
+    session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, gpu=ctx, say=lines.append).start()
+    try:
+        def counted() -> dict[str, Any] | None:
+            body = node(relay, key)["trust"]
+            return body if body["counted"]["gpus"] >= 1 and body["counted"]["gpu_tflops"] > 0 else None
+
+        body = until("the node's GPU counted after a roll call", 90, counted)
+        done = [e for e in gpu_answers(relay, key) if e["passed"]]
+        assert done, gpu_answers(relay, key)  # the precondition: a GPU answer at a roll call
+        observed = [e["observed_tflops"] for e in done]
+        print(f"GPU claim {claim:.6f} TFLOP/s; observed at roll calls {observed}; counted "
+              f"{body['counted']['gpu_tflops']}; observed/claimed {[round(o / claim, 3) for o in observed]}")
+        assert body["counted"]["gpu_tflops"] <= claim + 1e-3
+        assert body["proven"]["gpus"] == 1 and body["proven"]["gpu_tflops_fp32"] > 0
+        assert body["observed"]["gpu_tflops_fp32"] > 0
+        scoreboard = stats(relay)
+        assert scoreboard["gpus"] >= 1 and scoreboard["gpu_tflops"] > 0, scoreboard
+        assert "gpus" not in scoreboard["unproven"] and scoreboard["gpu_vram_mb"] is None
+        calls = relay.get("/v1/roll-calls")[1]
+        rows = calls["roll_calls"] if isinstance(calls, dict) else calls
+        assert any(c["gpu"]["answered"] >= 1 for c in rows), rows
+        assert any("(gpu): counted" in line for line in lines), lines  # the operator hears the verdict
+    finally:
+        session.stop()
+
+
+def test_gpu_claim_3x_counts_only_what_was_shown(relay: RelayProcess, measured: dict[str, Any], artifacts: Any,
+                                                 ctx: GpuContext) -> None:
+    """A profile claiming 3x the GPU's real fp32 speed: its challenge is sized for the claim, takes ~3x the
+    target and misses the common deadline, so nothing of the claim counts (at most what was shown); once the
+    relay observed it twice, the node is flagged."""
+    claim = 3 * measured["gpus"][0]["fp32_tflops"]
+    key = registered(relay, measured, gpu_factor=3.0)
+    session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, gpu=ctx).start()
+    try:
+        until("a GPU answer at a roll call", 90, lambda: gpu_answers(relay, key))
+        body = node(relay, key)["trust"]
+        shown = max([e["observed_tflops"] or 0.0 for e in gpu_answers(relay, key)]) * CAP
+        print(f"GPU claim 3x: {claim:.6f} TFLOP/s; observed {[e['observed_tflops'] for e in gpu_answers(relay, key)]}"
+              f"; counted {body['counted']['gpu_tflops']}")
+        assert body["counted"]["gpu_tflops"] <= shown + 1e-6 and body["counted"]["gpu_tflops"] < claim / 2, body
+        assert stats(relay)["gpu_tflops"] < claim / 2
+
+        def flagged() -> dict[str, Any] | None:
+            body = node(relay, key)["trust"]
+            return body if body["status"] == "flagged" else None
+
+        body = until("flagged once two GPU answers were observed", 90, flagged)
+        assert "GPU" in body["reason"], body["reason"]
+        assert len([e for e in gpu_answers(relay, key) if e["passed"]]) >= 2
+        assert body["counted"]["gpu_tflops"] == 0 and body["counted"]["cpu_gflops"] == 0
+    finally:
+        session.stop()
+
+
+class AlteredGpuRows(GpuAnswer):
+    """Commits honestly, then opens the committed rows with one value changed."""
+
+    def open(self, rows: list[Any]) -> list[dict[str, Any]]:
+        out = super().open(rows)
+        values = np.frombuffer(base64.b64decode(out[0]["values"]), "<f4").copy()
+        values[0] += 1.0
+        out[0]["values"] = base64.b64encode(values.tobytes()).decode()
+        return out
+
+
+def test_wrong_gpu_answer_fails_and_flags(relay: RelayProcess, measured: dict[str, Any], artifacts: Any,
+                                          ctx: GpuContext) -> None:
+    key = registered(relay, measured)
+    session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, gpu=ctx,
+                          gpu_answer_factory=AlteredGpuRows).start()
+    try:
+        failures = until("a GPU answer at a roll call", 90,
+                         lambda: [r for r in session.results if r.get("kind") == "gpu" and r.get("roll_call")])
+        assert not failures[0]["passed"] and failures[0]["code"] == "wrong_proof", session.results
+        body = node(relay, key)["trust"]
+        assert body["status"] == "flagged" and "wrong_proof" in body["reason"], body
+        assert body["counted"]["gpus"] == 0 and body["counted"]["gpu_tflops"] == 0
+    finally:
+        session.stop()
+
+
+# --- the pure parts: what a proof counts, a transcript of a GPU answer re-checked by a peer relay -----------
+
+def test_counted_gpus_are_the_fp32_claim_capped_at_what_was_shown() -> None:
+    config = RelayConfig()
+    proof = Proof("r", gflops=50.0, instances=2, gpu_tflops=12.0, gpus=2)
+    c = counted(proof, 40.0, 2, None, config, claimed_gpu_tflops=10.0, claimed_gpus=2)
+    assert (c.gpus, c.gpu_mtflops) == (2, 10_000)
+    c = counted(proof, 40.0, 2, None, config, claimed_gpu_tflops=30.0, claimed_gpus=4)  # overstated: what was shown
+    assert (c.gpus, c.gpu_mtflops) == (2, 12_000)
+    assert counted(proof, 40.0, 2, None, config).gpus == 0  # no GPU claim: no GPU counted
+    none = Proof("r", gflops=50.0, instances=2)  # the GPU phase showed nothing
+    assert counted(none, 40.0, 2, None, config, 10.0, 2).gpu_mtflops == 0
+    assert counted(Proof("r", gpu_tflops=12.0, gpus=2), 40.0, 2, None, config, 10.0, 2) == Contribution()
+
+
+def test_a_gpu_transcript_is_rechecked_by_peers(ctx: GpuContext) -> None:
+    """A passed GPU answer's transcript re-checks (proofs, freshly drawn entries) on another relay; the same
+    transcript with an opened row altered is refused (wrong_transcript)."""
+    config = RelayConfig()
+    beacon: dict[str, Any] = {"round": 7, "value": "ab" * 32}
+    ch = new_gpu_challenge("node", 0.002, beacon, "cd" * 16, 0.0, time.perf_counter(), config, 0.2)
+    ch.roll_call = "7-relay"
+    answer = GpuAnswer(ch.seeds, ch.n, ch.reps, ctx)
+    rng = random.Random(3)
+    opening = on_commit(ch, {"roots": answer.commit()}, time.perf_counter(), rng, config)
+    assert opening is not None
+    rows = answer.open(opening["rows"])
+    check_opened(ch, parse_opening(ch, {"rows": rows}, time.perf_counter(), config), rng, config)
+    ch.opened_items = rows
+    body = transcript_body("relay", ch, beacon["value"], True, "passed", "counted", False, time.time())
+    again = check_transcript(body, random.Random(4), config)
+    assert again.kind == "gpu" and again.observed_tflops == pytest.approx(ch.observed_tflops)
+    altered = json.loads(json.dumps(body))
+    values = np.frombuffer(base64.b64decode(altered["challenge"]["opened"][0]["values"]), "<f4").copy()
+    values[1] += 0.5
+    altered["challenge"]["opened"][0]["values"] = base64.b64encode(values.tobytes()).decode()
+    with pytest.raises(TranscriptError) as err:
+        check_transcript(altered, random.Random(4), config)
+    assert err.value.code == "wrong_transcript"
