@@ -186,6 +186,31 @@ class Transcript:
 
 
 @dataclass(frozen=True)
+class LiveEntry:
+    node_id: str = node_id_field("a node with a live session on the relay")
+    since: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds", description="live there since")
+
+
+@dataclass(frozen=True)
+class LiveDigest:
+    """Which nodes are live on a relay (web/digests.py): the change since its previous digest, or (`full`) the
+    whole set; signed by the relay, so the other relays of a cluster know who holds which node without one
+    message per heartbeat. Believed only from relays an operator names as peers."""
+
+    v: int = spec(minimum=1, maximum=1)
+    relay: str = node_id_field("the relay the sessions are on")
+    epoch: int = spec(minimum=0, maximum=I_JSON_MAX_INT, unit="unix ms", description="the relay's run (its start)")
+    seq: int = spec(minimum=0, maximum=I_JSON_MAX_INT, description="digests of one run, in order from 0")
+    at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    full: bool = spec(description="true: `added` is the whole set; false: a change since seq - 1")
+    added: list[LiveEntry] = spec(description="nodes live there (full) or that became live since seq - 1")
+    removed: list[str] = spec(description="node ids no longer live there (empty in a full digest)")
+    url: str | None = spec(pattern="https?://[^\\s]{1,200}", max_length=210,
+                           description="where nodes reach the relay (its --public-url), for landmark probes")
+    sig: str = spec(pattern=B64URL_SIG)
+
+
+@dataclass(frozen=True)
 class RecordKind:
     """Everything the code needs to know about one signed record kind, in one place: its class (schema),
     and who signs it — each (signature field, field holding the signer's NodeId). The signed message leaves
@@ -206,4 +231,5 @@ REGISTRY: dict[str, RecordKind] = {
     "Heartbeat": RecordKind(Heartbeat, (("sig", "node_id"),)),
     "JobReceipt": RecordKind(JobReceipt, (("sig", "node_id"),)),
     "Transcript": RecordKind(Transcript, (("sig", "relay"),)),
+    "LiveDigest": RecordKind(LiveDigest, (("sig", "relay"),)),
 }

@@ -41,6 +41,11 @@ class AgentConfig:
     # Backoff while the relay is unreachable, s: doubling from the first to the last.
     backoff_first_s: float = 2.0
     backoff_max_s: float = 300.0
+    # Landmark probes (host_runner/landmarks.py): every this many seconds, the other relays of the cluster
+    # (at most landmarks_per_round) measure their RTT to this node, ~1.5 KB each way per probe: at 10 min,
+    # ~27 KB per hour with three landmarks. 0: never.
+    landmark_interval_s: float = 600.0
+    landmarks_per_round: int = 3
 
 
 def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> float:
@@ -60,6 +65,7 @@ class Agent:
         self.stop = threading.Event()
         self.session: LiveSession | None = None
         self.registered = 0  # profiles the relay accepted
+        self.probes = 0      # landmark probes completed
 
     def run(self) -> None:
         backoff = self.config.backoff_first_s
@@ -113,10 +119,33 @@ class Agent:
                 self.say(line)
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
                                        say=self.say, gpu=gpu).start()
+            if self.config.landmark_interval_s > 0:
+                threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)
         state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
         self.say(f"{state}; next measurement in " + (f"{wait / 3600:.1f} h" if wait >= 360 else f"{wait:.0f} s"))
         return wait
+
+    def _probe_landmarks(self) -> None:
+        """Now and every landmark_interval_s: the other relays of the cluster probe this node (one line each)."""
+        from host_runner.landmarks import ProbeError, landmarks, probe
+
+        wait = 0.0
+        while not self.stop.wait(wait):
+            wait = self.config.landmark_interval_s
+            try:
+                found = landmarks(self.relay, limit=self.config.landmarks_per_round)
+            except (OSError, ValueError, KeyError) as exc:
+                self.say(f"landmarks: could not list the relays ({exc})")
+                found = []
+            for landmark in found:
+                try:
+                    rtt_ms = probe(landmark.url, self.key)
+                except ProbeError as exc:
+                    self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): probe failed: {exc}")
+                    continue
+                self.probes += 1
+                self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): {rtt_ms:.2f} ms")
 
     def _publish(self, profile: dict[str, Any]) -> bool:
         try:

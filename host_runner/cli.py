@@ -136,8 +136,10 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
 @click.option("--remeasure-h", type=click.FloatRange(0.001), default=6.0, show_default=True,
               help="mean hours between measurements (drawn from the beacon, +-25%)")
 @click.option("--no-jitter", is_flag=True, help="start each measurement at once, not after the beacon's jitter")
+@click.option("--landmark-interval-s", type=click.FloatRange(0), default=600.0, show_default=True,
+              help="seconds between RTT probes by the other relays of the cluster (landmarks); 0: none")
 def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
-             no_jitter: bool) -> None:
+             no_jitter: bool, landmark_interval_s: float) -> None:
     """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
     import signal
 
@@ -148,7 +150,8 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
     key = load_key()
     opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, scratch=scratch, gpu=not no_gpu,
                       jitter=not no_jitter, beacon_source=f"relay {relay}")
-    agent = Agent(relay, key, opts, AgentConfig(remeasure_s=remeasure_h * 3600),
+    config = AgentConfig(remeasure_s=remeasure_h * 3600, landmark_interval_s=landmark_interval_s)
+    agent = Agent(relay, key, opts, config,
                   say=lambda line: click.echo(f"ce-bench node: {line}", err=True))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop.set())

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fabric.vivaldi import Coordinate, VivaldiNode
+from fabric.vivaldi import Coordinate, VivaldiNode, coordinates_from_links
 from web.config import RelayConfig
 from web.links import MESH_REFRESH_S, LinkBook, coordinate_seed
 from web.problems import Problem
@@ -32,7 +32,7 @@ def measured_book(config: RelayConfig | None = None, rtt_a: float = 10.0, rtt_b:
 
 def test_the_relay_finds_its_own_edges_whichever_side_it_was_on() -> None:
     book = measured_book()
-    assert (book.relay_rtt_ms("a"), book.relay_rtt_ms("b"), book.relay_rtt_ms("c")) == (10.0, 30.0, None)
+    assert (book.rtt_via(R, "a"), book.rtt_via(R, "b"), book.rtt_via(R, "c")) == (10.0, 30.0, None)
     assert book.measured("a", R) is book.measured(R, "a") is not None
     assert book.measured("a", "b") is None
     assert book.judge(sample(R, "c", 50.0)) is True  # the relay's own edge: measured by itself
@@ -48,9 +48,9 @@ def test_both_bounds_of_the_triangle_at_their_edges() -> None:
         book.judge(sample("a", "b", 85.5))
     p = refused.value
     assert (p.status, p.code, p.title, p.field) == (422, "inconsistent_rtt",
-                                                     "the RTT contradicts this relay's own measurements", "$.rtt_ms")
+                                                     "the RTT contradicts a landmark's own measurements", "$.rtt_ms")
     assert p.detail == ("85.5 ms between endpoints this relay measured at 10.0 ms and 30.0 ms; the triangle "
-                        "inequality through this relay allows at most 85.000 ms (factor 2, slack 5 ms)")
+                        "inequality through it allows at most 85.000 ms (factor 2, slack 5 ms)")
 
 
 def test_the_bounds_come_from_the_relays_config() -> None:
@@ -114,7 +114,7 @@ def test_an_unconfirmed_sample_puts_its_endpoints_on_the_map_unmoved() -> None:
     assert book.coordinate("a") == origin and book.coordinate("b") == origin
 
 
-def test_load_takes_the_relays_own_edges_first_and_judges_the_rest() -> None:
+def test_load_refits_from_every_sample_whatever_their_order() -> None:
     stored = [sample("a", "b", 35.0, measured_at=1),   # fits once a and b are measured (they come later)
               sample("a", "c", 20.0, measured_at=2),   # c is never measured by the relay
               sample("b", "a", 200.0, measured_at=3),  # newer, beyond the triangle: kept, moves nothing
@@ -122,17 +122,20 @@ def test_load_takes_the_relays_own_edges_first_and_judges_the_rest() -> None:
     book = LinkBook(R)
     book.load(stored)
     assert book.unconfirmed == {("a", "b"), ("a", "c")}
-    assert book.measured("a", "b") == stored[2] and book.relay_rtt_ms("b") == 30.0
+    assert book.measured("a", "b") == stored[2] and book.rtt_via(R, "b") == 30.0
     assert set(book.nodes) == {R, "a", "b", "c"} and book.coordinate("c") == Coordinate.origin()
+    assert not book.refit_due()
 
-    fitting = LinkBook(R)
+    fitting, reversed_order = LinkBook(R), LinkBook(R)
     fitting.load(stored[:2] + stored[3:])
-    assert fitting.unconfirmed == {("a", "c")}
-    expected = LinkBook(R)  # the same as the relay's own edges arriving first, then the node-node ones
-    for s in (stored[3], stored[4], stored[0]):
-        expected.add(s, True)
-    assert fitting.coordinate("a") == expected.coordinate("a") != Coordinate.origin()
-    assert fitting.coordinate("b") == expected.coordinate("b")
+    reversed_order.load(list(reversed(stored[:2] + stored[3:])))
+    assert fitting.unconfirmed == reversed_order.unconfirmed == {("a", "c")}
+    for node in ("a", "b", R):  # one answer whatever the order the samples came in (every relay of a cluster)
+        assert fitting.coordinate(node) == reversed_order.coordinate(node)
+    assert fitting.coordinate("a") != Coordinate.origin() != fitting.coordinate("b")
+    confirmed = sorted([stored[0], stored[3], stored[4]], key=lambda s: (s["a"], s["b"]))  # as refit orders them
+    expected = coordinates_from_links(confirmed, cycles=200, seed=0)
+    assert fitting.coordinate("a") == expected["a"] and fitting.coordinate("b") == expected["b"]
 
 
 def test_the_fabric_map_holds_the_coordinates_and_the_measured_edges() -> None:

@@ -232,12 +232,12 @@ def shared_roll_calls(relay: RelayProcess, keys: Sequence[Identity], count: int,
     return list(until(f"{count} roll calls that challenged all {len(keys)}", within_s, enough))
 
 
-def join_verified(relay: RelayProcess, key: NodeKey, start: Callable[[], LiveSession]) -> LiveSession:
+def join_verified(relay: RelayProcess, key: NodeKey, session: LiveSession) -> LiveSession:
     """Starts one more identity's session and waits until its relay verified it (solo challenges, while the
     identities already verified sit idle between roll calls): the cheater's way in, one identity at a time.
     Started together, unverified identities are solo-challenged every second and slow each other down until
     they are flagged, and a roll call finds them busy: that would test nothing."""
-    session = start()
+    session.start()
     until(f"{key.node_id[-8:]} verified at its own moment", 120,
           lambda: node(relay, key)["trust"]["status"] == "verified")
     return session
@@ -258,9 +258,9 @@ def test_identities_on_several_addresses_count_one_machine(tmp_path: Any, measur
         try:
             alone = shared_roll_calls(relay, keys[:1], 4, 180)
             for i, k in enumerate(keys[1:]):
-                sessions.append(join_verified(relay, k, lambda k=k, i=i: LiveSession(
+                sessions.append(join_verified(relay, k, LiveSession(
                     relay.url, k, reactor_wasm=artifacts.reactor,
-                    connect_options={"source_address": (f"127.0.0.{3 + i}", 0)}).start()))
+                    connect_options={"source_address": (f"127.0.0.{3 + i}", 0)})))
             together = shared_roll_calls(relay, keys, 4, 300)
             print(f"alone {alone} vs four identities {together} (GFLOP/s proven per roll call)")
             assert max(alone) > 0  # the precondition: this machine does count when alone
@@ -340,3 +340,38 @@ def test_the_operator_sees_roll_calls_trust_changes_and_the_relays_view(tmp_path
         unknown = subprocess.run([CLI, "status", NodeKey.generate().node_id, "--relay", relay.url],
                                  capture_output=True, text=True, timeout=60)
         assert unknown.returncode == 1 and "unknown_node" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_trust_comes_back_from_its_snapshot_after_a_restart(tmp_path: Any, measured: dict[str, Any],
+                                                            artifacts: Any) -> None:
+    """A relay keeps each node's trust state beside its history and reads one row per node at start (issue 19:
+    start in O(nodes), not a replay of every stored challenge). A store without the state (written before
+    snapshots) is replayed from its history once, and the state written; a restart whose store then lost
+    every challenge row still finds the node verified, with the same counts."""
+    import sqlite3
+
+    def wipe(sql: str) -> int:
+        db = sqlite3.connect(tmp_path / "relay" / "relay.sqlite")
+        with db:
+            n = int(db.execute(sql).rowcount)
+        db.close()
+        return n
+
+    with RelayProcess(tmp_path / "relay", *ROLL) as relay:
+        key = registered(relay, measured)
+        session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor).start()
+        try:
+            until("verified", 60, lambda: node(relay, key)["trust"]["status"] == "verified")
+        finally:
+            session.stop()
+        before = node(relay, key)["trust"]
+    assert wipe("DELETE FROM trust") == 1  # as a store of an older relay: history only
+    with RelayProcess(tmp_path / "relay", *ROLL) as relay:
+        replayed = node(relay, key)["trust"]
+    assert wipe("DELETE FROM history WHERE kind='challenge'") >= 2  # what a replay would need is gone
+    with RelayProcess(tmp_path / "relay", *ROLL) as relay:
+        after = node(relay, key)["trust"]
+    for trust in (replayed, after):
+        assert trust["status"] == "verified", trust
+        assert trust["challenges"] == before["challenges"], (before, trust)
+        assert trust["observed"]["gflops_fp32"] == before["observed"]["gflops_fp32"]

@@ -21,7 +21,7 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
-from tests.test_proven import SHARED, challenges, join_verified, node, registered, shared_roll_calls, until
+from tests.test_proven import SHARED, challenges, join_verified, next_proof, node, registered, shared_roll_calls, until
 from tests.threaded import in_thread
 
 
@@ -73,8 +73,9 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
         artifacts: Any) -> None:
     """One identity alone (on relay A), then four identities of this machine, two on each relay (each verified
-    alone), over roll calls that challenged all four: no roll call proves more than 1.3x the lone identity's best, and both
-    relays show the same statuses and totals (the lower-id relay leads; both name the same roll calls)."""
+    alone), over roll calls that challenged all four: no roll call proves more than 1.3x the lone identity's
+    best, and both relays show the same statuses and totals (the lower-id relay leads; both name the same roll
+    calls)."""
     _, relays, relay_keys = cluster
     a, b = relays
     listed = a.get("/v1/relays")[1]
@@ -88,9 +89,8 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
     try:
         alone = shared_roll_calls(a, keys[:1], 4, 180)
         for i, k in enumerate(keys[1:], start=1):  # each verified alone on its relay, then all share
-            on = a if i % 2 else b
-            sessions.append(join_verified(on, k, lambda k=k, on=on: LiveSession(
-                on.url, k, reactor_wasm=artifacts.reactor).start()))
+            asker = a if i % 2 else b
+            sessions.append(join_verified(asker, k, LiveSession(asker.url, k, reactor_wasm=artifacts.reactor)))
         together = shared_roll_calls(a, keys, 4, 300)
         print(f"cluster: alone {alone} vs four identities on two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
@@ -171,3 +171,73 @@ def test_forged_or_altered_transcripts_change_nothing(
     trust = node(b, victim)["trust"]
     assert trust["challenges"]["passed"] == 0 and trust["counted"]["cpu_gflops"] == 0, trust
     assert b.get("/stats")[1]["verified_nodes"] <= 1  # at most the genuine node, never the victim
+
+
+def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
+        artifacts: Any) -> None:
+    """Which nodes are live crosses the cluster as signed digests, one per heartbeat interval at most and only
+    on change (issue 19): a node with a session on the higher-id relay shows online on the other; NATS carries
+    no message per heartbeat. A bare heartbeat, a digest signed by a stranger, a digest with a peer's name and
+    a stranger's signature, and a replayed genuine digest keep nothing live and excuse no node from a roll
+    call (it is still proven at the next one); once the session ends, both relays take the node offline."""
+    nats, relays, relay_keys = cluster
+    lower, higher = sorted(range(2), key=lambda i: relay_keys[i].node_id)
+    low, high = relays[lower], relays[higher]
+    key, victim = registered(high, measured), registered(high, measured)
+    until("profiles on both relays", 30, lambda: all(low.get(f"/v1/nodes/{k.node_id}")[0] == 200
+                                                     for k in (key, victim)))
+    seen: dict[str, list[bytes]] = {}
+
+    async def listen(seconds: float) -> None:
+        import nats as nats_py
+
+        nc = await nats_py.connect(nats.url)
+
+        async def cb(msg: Any) -> None:
+            seen.setdefault(msg.subject, []).append(msg.data)
+
+        await nc.subscribe("ce.atlas.>", cb=cb)
+        await asyncio.sleep(seconds)
+        await nc.close()
+
+    session = LiveSession(high.url, key, reactor_wasm=artifacts.reactor).start()
+    try:
+        until("the node online on the other relay", 30, lambda: node(low, key)["status"]["online"])
+        beats_before = metric(high, "ce_relay_heartbeats_total")
+        in_thread(asyncio.run, listen(6.0))
+        beats = metric(high, "ce_relay_heartbeats_total") - beats_before
+        assert beats >= 8, beats  # the precondition: the session kept beating (0.5 s interval) meanwhile
+        digests = seen.get("ce.atlas.live-digests", [])
+        # no message per heartbeat: digests, and the link samples measured meanwhile (one per 3 pings)
+        assert set(seen) <= {"ce.atlas.live-digests", "ce.atlas.profiles", "ce.atlas.links"}, set(seen)
+        assert sum(len(v) for v in seen.values()) < beats, ({k: len(v) for k, v in seen.items()}, beats)
+        # steady state: a full digest every 6 intervals (3 s) per relay, no change in between: <= 3 each in 6 s
+        assert 1 <= len(digests) <= 6, (len(digests), beats)
+        genuine = json.loads(digests[0])
+        stranger = NodeKey.generate()
+        body = {"v": 1, "relay": stranger.node_id, "epoch": int(time.time() * 1000), "seq": 0,
+                "at": int(time.time()), "full": True, "removed": [],
+                "added": [{"node_id": k.node_id, "since": 0} for k in (key, victim)]}
+        forged = [sign("LiveDigest", body, stranger),  # a stranger's digest
+                  sign("LiveDigest", {**body, "relay": relay_keys[lower].node_id}, stranger)]  # a peer's name
+        before = {r: metric(low, f'ce_relay_cluster_received_total{{result="{r}"}}')
+                  for r in ("invalid", "digest_old")}
+        for record in forged:
+            published(nats.url, "ce.atlas.live-digests", record)
+        published(nats.url, "ce.atlas.live-digests", genuine)  # a replay
+        published(nats.url, "ce.atlas.heartbeats", {"node_id": victim.node_id, "relay": relay_keys[lower].node_id})
+        until("the forgeries refused", 20, lambda: metric(low, 'ce_relay_cluster_received_total{result="invalid"}')
+              >= before["invalid"] + 1)
+        if genuine["relay"] == relay_keys[lower].node_id:  # low ignores its own digests; the replay reaches high
+            assert metric(high, 'ce_relay_cluster_received_total{result="digest_old"}') >= 1
+        else:
+            until("the replay refused", 20, lambda: metric(low, 'ce_relay_cluster_received_total'
+                                                                '{result="digest_old"}') >= before["digest_old"] + 1)
+        for r in relays:
+            assert not node(r, victim)["status"]["online"], r.url  # nothing made the victim live
+        # the digest that named the lower relay as the node's holder excused nothing: still challenged there
+        next_proof(high, [key], 60)
+    finally:
+        session.stop()
+    until("offline on both relays", 30, lambda: not any(node(r, key)["status"]["online"] for r in relays))

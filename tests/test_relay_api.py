@@ -257,7 +257,8 @@ def test_live_session_refuses_forged_heartbeats(tmp_path: Path) -> None:
 
 
 def test_stats_history_samples_the_scoreboard(tmp_path: Path) -> None:
-    """GET /stats/history: the verified and claimed totals sampled at the configured interval."""
+    """GET /stats/history: the verified and claimed totals sampled at the configured interval, kept across
+    a restart."""
     with RelayProcess(tmp_path / "data", "--stats-history-interval", "0.2") as r:
         key, profile = sample_profile(beacon=beacon_of(r), gflops=30.0)
         assert r.post("/v1/profiles", profile)[0] == 201
@@ -273,3 +274,7 @@ def test_stats_history_samples_the_scoreboard(tmp_path: Path) -> None:
         assert points[0]["claimed"]["cpu_gflops"] == 0.0  # sampled at start, before the profile
         assert points[-1]["verified"]["cpu_gflops"] == 0.0 and points[-1]["verified_nodes"] == 0
         assert [p["at"] for p in points] == sorted(p["at"] for p in points)
+    with RelayProcess(tmp_path / "data", "--stats-history-interval", "60") as r:  # the series survives a restart
+        kept = r.get("/stats/history")[1]["points"]
+        assert {p["at"] for p in points} <= {p["at"] for p in kept}, (points, kept)
+        assert kept[-1]["claimed"]["cpu_gflops"] == 0.0  # sampled at start: the node is not live after it

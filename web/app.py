@@ -25,6 +25,7 @@ from capsule.peerid import PeerIdError, public_key_from_peer_id
 from web.config import RelayConfig
 from web.live_endpoint import live
 from web.openapi import document
+from web.probe_endpoint import probe
 from web.problems import Problem
 from web.relay import Relay
 from web.static import IsolationHeaders
@@ -156,7 +157,8 @@ async def stats(request: Request) -> Response:
 async def stats_history(request: Request) -> Response:
     relay = relay_of(request)
     return JSONResponse({"interval_s": relay.config.stats_history_interval_s,
-                         "note": "in memory: the series restarts with the relay", "points": list(relay.stats_history)})
+                         "note": "kept in the relay's store: the series survives restarts",
+                         "points": list(relay.stats_history)})
 
 
 async def roll_calls(request: Request) -> Response:
@@ -189,8 +191,10 @@ async def relays(request: Request) -> Response:
     cluster = relay.cluster
     seen = dict(cluster.peers_seen) if cluster is not None else {}
     leader = cluster.leader(now) if cluster is not None else relay.relay_id
-    rows = [{"relay": relay.relay_id, "self": True, "last_seen": now}] + [
-        {"relay": r, "self": False, "last_seen": seen.get(r)} for r in relay.config.cluster_peers]
+    views = cluster.book.views if cluster is not None else {}
+    rows = [{"relay": relay.relay_id, "self": True, "last_seen": now, "url": relay.config.public_url}] + [
+        {"relay": r, "self": False, "last_seen": seen.get(r), "url": views[r].url if r in views else None}
+        for r in relay.config.cluster_peers]
     for row in rows:
         row["leader"] = row["relay"] == leader
     return JSONResponse({"relays": rows, "leader": leader})
@@ -297,7 +301,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/v1/relays", relays),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),
-        WebSocketRoute("/v1/live", live)]
+        WebSocketRoute("/v1/live", live), WebSocketRoute("/v1/probe", probe)]
     if (WEB_BUNDLE / "index.html").exists():  # the browser node's pages (python build.py)
         routes.append(Mount("/", StaticFiles(directory=WEB_BUNDLE, html=True)))
     else:

@@ -4,6 +4,7 @@ FabricStats of live nodes (this relay's own and the whole atlas). Pure: no I/O, 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,9 +97,16 @@ class Atlas:
             self.version += 1
         return True
 
-    def sweep(self, now: float) -> list[str]:
-        gone = self.liveness.sweep(now)
-        for node_id in gone:
+    def sweep(self, now: float, keep: Callable[[str, float], bool] | None = None) -> list[str]:
+        """Takes offline the nodes silent for the timeout, except those `keep` says are live elsewhere (a
+        peer relay's digest holds their session: they stay live here until it no longer does)."""
+        silent = self.liveness.sweep(now)
+        gone = []
+        for node_id in silent:
+            if keep is not None and keep(node_id, now):
+                self.liveness.touch(node_id, now)
+                continue
+            gone.append(node_id)
             self._go_offline(node_id)
         if gone:
             self.version += 1

@@ -83,17 +83,28 @@ class ChallengeDesk:
 
     # --- state ----------------------------------------------------------------------------------
 
-    def load(self, results: list[tuple[str, float, dict[str, Any]]]) -> None:
-        """Replays stored results (oldest first) into the trust state at start."""
+    def load(self, states: list[tuple[str, dict[str, Any]]],
+             results: list[tuple[str, float, dict[str, Any]]]) -> list[str]:
+        """At start: each node's stored trust state, then the stored results (oldest first) of nodes that have
+        none (rows written before the relay kept one); the nodes replayed so (their state is to be stored)."""
+        for node_id, state in states:
+            self.trust[node_id] = Trust.from_state(state)
+        replayed: set[str] = set()
         for node_id, at, result in results:
             if node_id == STORE_KEY:
                 continue
+            replayed.add(node_id)
             self.trust.setdefault(node_id, Trust(decayed_at=at)).record(
                 bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config,
                 result.get("observed_tokens_per_sec"), bool(result.get("tokens_checked")),
                 result.get("observed_tflops"))
         for node_id in self.trust:
             self.refresh(node_id, time.time())
+        return sorted(replayed)
+
+    def trust_state_ops(self, node_ids: list[str], now: float) -> list[Any]:
+        return [Store.put_trust_op(n, now, json.dumps(self.trust[n].to_state()).encode()) for n in node_ids
+                if n in self.trust]
 
     def trust_json(self, node_id: str, now: float) -> dict[str, Any]:
         entry = self.relay.atlas.nodes.get(node_id)
@@ -386,5 +397,9 @@ class ChallengeDesk:
             await who.send({"type": "trust", "status": status[0], "reason": status[1]})
 
     async def _store(self, node_id: str, now: float, result: dict[str, Any]) -> None:
-        await self.relay.store.write(Store.put_history_op(node_id, now, "challenge", json.dumps(result).encode(),
-                                                          self.config.history_kept))
+        """The result in the node's history and its trust state after it, in one transaction."""
+        ops = [Store.put_history_op(node_id, now, "challenge", json.dumps(result).encode(), self.config.history_kept)]
+        trust = self.trust.get(node_id)
+        if trust is not None:
+            ops.append(Store.put_trust_op(node_id, now, json.dumps(trust.to_state()).encode()))
+        await self.relay.store.write(Store.all_of(*ops))

@@ -42,6 +42,10 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                                  "SGEMM challenges to its GPU challenges (after the reference-model answers)"),
     "--roll-call-target-s": ("roll_call_target_s", click.FloatRange(0.05), "seconds of work a roll-call "
                              "challenge asks at the claimed speed"),
+    "--link-refit-interval-s": ("link_refit_interval_s", click.FloatRange(0.1), "seconds between refits of "
+                                "the network coordinates from every link sample held (when samples changed)"),
+    "--digest-full-every": ("digest_full_every", click.IntRange(1, 10_000), "heartbeat intervals between "
+                            "the full live digests this relay publishes to its cluster (changes go every interval)"),
     "--stats-history-interval": ("stats_history_interval_s", click.FloatRange(0.1), "seconds between samples "
                                  "of the scoreboard kept for /stats/history"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
@@ -66,6 +70,8 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cluster-peer", "cluster_peers", multiple=True, metavar="RELAY_ID",
                      help="another relay of this NATS cluster (its relay id, 12D3KooW...; repeatable): its roll "
                           "calls, beacon and challenge transcripts are believed once re-checked"),
+        click.option("--public-url", metavar="URL", help="the address nodes reach this relay at (http[s]://HOST:PORT), "
+                     "announced to the cluster: nodes of the other relays probe it as a landmark"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
         click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
@@ -74,9 +80,10 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
     def wrapper(host: str, port: int, data_dir: Path, nats: str | None, log_level: str, tls: bool,
-                trusted_proxies: tuple[str, ...], cluster_peers: tuple[str, ...], **kwargs: Any) -> Any:
+                trusted_proxies: tuple[str, ...], cluster_peers: tuple[str, ...], public_url: str | None,
+                **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
-        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats,
+        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, public_url=public_url,
                              trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers), **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 

@@ -1,8 +1,9 @@
 """A relay cluster on NATS JetStream (ARCHITECTURE.md: "NATS JetStream for a relay cluster").
 
 - Durable shared state: a key-value bucket, key = NodeId, value = {"origin": relay id, "body": profile}.
-- Live updates: every accepted profile is also published on SUBJECT_PROFILES, heartbeats on
-  SUBJECT_HEARTBEATS, so other relays learn within milliseconds.
+- Live updates: every accepted profile is also published on SUBJECT_PROFILES, so other relays learn within
+  milliseconds; which nodes are live on each relay crosses as signed digests on SUBJECT_DIGESTS, one per
+  heartbeat interval and only when something changed (web/digests.py), not one message per heartbeat.
 - Catch-up: on start and after every reconnect the relay reads the whole bucket.
 - Trust no relay: everything that arrives is re-verified (schema + signature) and kept only when newer.
 - Outages: a relay keeps serving from its own SQLite store; profiles accepted while NATS is away stay
@@ -24,6 +25,7 @@ from nats.js.errors import Error as JetStreamError
 
 from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
+from web.digests import DigestBook, DigestWriter
 from web.ingest import verify_profile
 from web.problems import Problem
 from web.store import Store
@@ -34,9 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ce.relay.cluster")
 SUBJECT_PROFILES = "ce.atlas.profiles"
-SUBJECT_HEARTBEATS = "ce.atlas.heartbeats"
+SUBJECT_DIGESTS = "ce.atlas.live-digests"  # each relay's signed LiveDigest: who is live there (web/digests.py)
 SUBJECT_BEACONS = "ce.relays.beacons"        # every relay's signed rounds: presence, and the leader's draw roll calls
 SUBJECT_TRANSCRIPTS = "ce.trust.transcripts"  # signed challenge transcripts (web/transcripts.py)
+SUBJECT_LINKS = "ce.atlas.links"              # co-signed LinkSamples each relay took (web/links.py)
 RESYNC_INTERVAL_S = 1.0
 
 
@@ -47,10 +50,17 @@ class Cluster:
         self.bucket = bucket
         self.nc: Any = None
         self.kv: Any = None
+        self.kv_links: Any = None  # the link samples' bucket (key "a.b"): a relay that starts later catches up
         self._tasks: list[asyncio.Task[None]] = []
         self._catch_up_needed = asyncio.Event()
         self.peers_seen: dict[str, float] = {}  # peer relay id -> unix time of its latest beacon round
-        self.sessions_elsewhere: dict[str, dict[str, float]] = {}  # node id -> {relay id: last heartbeat there}
+        config = relay.config
+        self.local: dict[str, tuple[int, float]] = {}  # node id -> (live here since, last heartbeat), unix s
+        self.writer = DigestWriter(relay.relay_id, config.digest_full_every, epoch=int(time.time() * 1000),
+                                   url=config.public_url)
+        # a digest older than two full-digest periods on arrival can only be a replay
+        self.book = DigestBook(frozenset(config.cluster_peers),
+                               max_age_s=2 * config.digest_full_every * config.heartbeat_interval_s + 5.0)
 
     async def start(self) -> None:
         self.nc = await nats.connect(
@@ -58,11 +68,12 @@ class Cluster:
             max_reconnect_attempts=-1, allow_reconnect=True, error_cb=self._on_error,
             disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected)
         await self.nc.subscribe(SUBJECT_PROFILES, cb=self._on_profile_message)
-        await self.nc.subscribe(SUBJECT_HEARTBEATS, cb=self._on_heartbeat_message)
+        await self.nc.subscribe(SUBJECT_DIGESTS, cb=self._on_digest_message)
         await self.nc.subscribe(SUBJECT_BEACONS, cb=self._on_beacon_message)
         await self.nc.subscribe(SUBJECT_TRANSCRIPTS, cb=self._on_transcript_message)
+        await self.nc.subscribe(SUBJECT_LINKS, cb=self._on_link_message)
         self._catch_up_needed.set()
-        self._tasks = [asyncio.create_task(self._sync_loop())]
+        self._tasks = [asyncio.create_task(self._sync_loop()), asyncio.create_task(self._digest_loop())]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -79,7 +90,7 @@ class Cluster:
 
     async def _on_reconnected(self) -> None:
         log.info("nats reconnected; catching up")
-        self.kv = None
+        self.kv = self.kv_links = None
         self._catch_up_needed.set()
 
     async def _bucket(self) -> Any:
@@ -105,7 +116,33 @@ class Cluster:
                 self.kv = None
             await asyncio.sleep(RESYNC_INTERVAL_S)
 
+    async def _links_bucket(self) -> Any:
+        if self.kv_links is None:
+            js = self.nc.jetstream(timeout=5)
+            name = f"{self.bucket}-links"
+            try:
+                self.kv_links = await js.key_value(name)
+            except JetStreamError:
+                self.kv_links = await js.create_key_value(bucket=name, history=1)
+        return self.kv_links
+
     async def _catch_up(self) -> None:
+        await self._catch_up_profiles()
+        kv = await self._links_bucket()  # after the profiles: a sample needs both endpoints' profiles
+        watcher = await kv.watchall()
+        applied = 0
+        try:
+            while True:
+                entry = await watcher.updates(timeout=10)
+                if entry is None:
+                    break
+                if entry.value:
+                    applied += await self.apply_link(entry.value)
+        finally:
+            await watcher.stop()
+        log.info("caught up link samples from the bucket", extra={"applied": applied})
+
+    async def _catch_up_profiles(self) -> None:
         kv = await self._bucket()
         watcher = await kv.watchall()
         applied = 0
@@ -140,11 +177,75 @@ class Cluster:
         self._tasks.append(asyncio.create_task(publish()))
         self._tasks = [t for t in self._tasks if not t.done()]
 
-    def publish_heartbeat(self, node_id: str) -> None:
+    def local_heartbeat(self, node_id: str, now: float) -> None:
+        """A heartbeat on one of this relay's sessions: the node is live here (the next digest says so)."""
+        since = self.local.get(node_id, (int(now), now))[0]
+        self.local[node_id] = (since, now)
+
+    def live_here(self, now: float) -> dict[str, int]:
+        """Nodes with a live session on this relay (node id -> since); forgets the silent ones."""
+        cutoff = now - self.relay.config.offline_after_s
+        self.local = {n: v for n, v in self.local.items() if v[1] >= cutoff}
+        return {n: since for n, (since, _) in self.local.items()}
+
+    async def _digest_loop(self) -> None:
+        """Every heartbeat interval: a signed digest of what changed here (or the whole set, when due)."""
+        while True:
+            await asyncio.sleep(self.relay.config.heartbeat_interval_s)
+            if self.nc is None or not self.nc.is_connected:
+                continue  # the writer keeps its place: the next digest carries the change
+            now = time.time()
+            body = self.writer.next(self.live_here(now), now)
+            if body is not None:  # a lost publish is a gap the peers see: they wait for the next full digest
+                signed = sign("LiveDigest", body, self.relay.key)
+                await self._safe_publish(SUBJECT_DIGESTS, json.dumps(signed).encode())
+                self.relay.metrics.cluster_sent["digests"] += 1
+
+    def alive_peers(self, now: float) -> set[str]:
+        fresh = now - 3 * self.relay.config.beacon_interval_s - 2.0
+        return {p for p, at in self.peers_seen.items() if at >= fresh}
+
+    def held_elsewhere(self, node_id: str, now: float) -> bool:
+        """Whether a live peer's digest says it holds a live session of the node."""
+        return self.book.held(node_id, self.alive_peers(now))
+
+    def publish_link(self, sample: dict[str, Any]) -> None:
+        """A sample this relay took, to the bucket and the subject (best effort: a lost one is an edge the
+        other relays lack until it is measured again)."""
+        async def publish() -> None:
+            data = json.dumps(sample).encode()
+            a, b = sorted((sample["a"], sample["b"]))
+            with contextlib.suppress(NatsError, JetStreamError, TimeoutError, OSError):
+                await (await self._links_bucket()).put(f"{a}.{b}", data)
+                await self.nc.publish(SUBJECT_LINKS, data)
+                self.relay.metrics.cluster_sent["links"] += 1
+
         if self.nc is not None and self.nc.is_connected:
-            body = json.dumps({"node_id": node_id, "relay": self.relay.relay_id}).encode()
-            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_HEARTBEATS, body)))
+            self._tasks.append(asyncio.create_task(publish()))
             self._tasks = [t for t in self._tasks if not t.done()]
+
+    async def _on_link_message(self, msg: Any) -> None:
+        await self.apply_link(msg.data)
+
+    async def apply_link(self, data: bytes) -> int:
+        """A sample another relay took: judged here as if posted here (schema, both signatures, endpoints
+        known, the landmarks' triangle); 1 if taken."""
+        metrics = self.relay.metrics.cluster_received
+        try:
+            sample = json.loads(data)
+            held = self.relay.links.measured(str(sample["a"]), str(sample["b"]))
+        except (ValueError, TypeError, KeyError):
+            metrics["invalid"] += 1
+            return 0
+        if held == sample:
+            return 0  # already held (our own, echoed back, or caught up twice)
+        try:
+            await self.relay.add_link(data, time.time(), from_cluster=True)
+        except Problem as problem:
+            metrics[f"link_{problem.code}"] += 1
+            return 0
+        metrics["links"] += 1
+        return 1
 
     def publish_beacon(self, beacon: dict[str, Any]) -> None:
         if self.nc is not None and self.nc.is_connected:
@@ -160,15 +261,13 @@ class Cluster:
 
     def leader(self, now: float) -> str:
         """The relay whose beacon draws roll calls: the lowest id among this one and the peers heard lately."""
-        fresh = now - 3 * self.relay.config.beacon_interval_s - 2.0
-        return min([self.relay.relay_id, *(p for p, at in self.peers_seen.items() if at >= fresh)])
+        return min([self.relay.relay_id, *self.alive_peers(now)])
 
     def held_by_lower_relay(self, node_id: str, now: float) -> bool:
-        """Whether a relay with a lower id than this one holds a live session of the node: it challenges the
-        node at roll calls, so the node answers once (this relay counts it from that relay's transcript)."""
-        there = self.sessions_elsewhere.get(node_id, {})
-        recent = now - self.relay.config.offline_after_s
-        return any(r < self.relay.relay_id and at >= recent and r in self.peers_seen for r, at in there.items())
+        """Whether a relay with a lower id than this one holds a live session of the node (its signed digest
+        says so): it challenges the node at roll calls, so the node answers once (this relay counts it from
+        that relay's transcript)."""
+        return any(r < self.relay.relay_id for r in self.book.holders(node_id, self.alive_peers(now)))
 
     async def _on_beacon_message(self, msg: Any) -> None:
         try:
@@ -203,17 +302,20 @@ class Cluster:
     async def _on_profile_message(self, msg: Any) -> None:
         await self.apply(msg.data)
 
-    async def _on_heartbeat_message(self, msg: Any) -> None:
-        now = time.time()
+    async def _on_digest_message(self, msg: Any) -> None:
+        metrics = self.relay.metrics.cluster_received
         try:
-            beat = json.loads(msg.data)
-            node_id, relay = str(beat["node_id"])[:100], str(beat["relay"])[:100]
-        except (ValueError, TypeError, KeyError):
+            digest = verify_record("LiveDigest", json.loads(msg.data))
+        except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
+            metrics["invalid"] += 1
             return
-        if relay == self.relay.relay_id:
+        if digest.relay == self.relay.relay_id:
             return
-        self.sessions_elsewhere.setdefault(node_id, {})[relay] = now
-        self.relay.atlas.heartbeat(node_id, now)
+        now = time.time()
+        outcome, became_live = self.book.apply(digest, now)
+        metrics[f"digest_{outcome}"] += 1
+        for node_id in became_live:
+            self.relay.atlas.heartbeat(node_id, now)
 
     async def apply(self, envelope_bytes: bytes) -> int:
         """Re-verifies a profile from another relay and keeps it when newer; 1 if applied."""

@@ -13,12 +13,18 @@ class RelayConfig:
     data_dir: Path = Path("ce-relay-data")
     # NATS server URL for a relay cluster (None: this relay stands alone on its SQLite store).
     nats_url: str | None = None
+    # Where nodes reach this relay (http[s]://HOST:PORT), announced in its live digests: the nodes of the
+    # other relays of the cluster probe it as a landmark (WS /v1/probe). None: not announced.
+    public_url: str | None = None
+    # Landmark probes (web/probe_endpoint.py): pings this far apart, each step answered within the timeout.
+    probe_ping_gap_s: float = 0.1
+    probe_step_timeout_s: float = 5.0
     nats_bucket: str = "ce-atlas"
     # Reverse proxies whose X-Forwarded-For is believed (addresses); none by default: the peer address counts.
     trusted_proxies: tuple[str, ...] = ()
     # The other relays of this cluster (their relay ids, `ce-bench relay --cluster-peer ID`): their challenge
-    # transcripts and beacon rounds are believed (after re-checking the work); anyone else's are not. The
-    # relay with the lowest id among those heard from leads: its beacon rounds draw every roll call.
+    # transcripts, beacon rounds and live digests are believed (after re-checking the work); anyone else's
+    # are not. The relay with the lowest id among those heard from leads: its beacon rounds draw roll calls.
     cluster_peers: tuple[str, ...] = ()
 
     # Processes that verify posted profiles (JSON, schema, signature) beside the event loop; 0 verifies
@@ -40,6 +46,10 @@ class RelayConfig:
     # Liveness (seed 003's heartbeat): a node is offline after missing this many heartbeat intervals.
     heartbeat_interval_s: float = 10.0
     offline_after_missed: int = 3
+    # Cluster liveness (web/digests.py): each relay publishes, once per heartbeat interval and only on change,
+    # a signed digest of the nodes that came and went on it, and the whole set every this many intervals
+    # (60 s by default), so a relay that starts or missed a digest is current within that time.
+    digest_full_every: int = 6
     # Mean time between bandwidth probes on a live session (a 256 KiB frame the node acknowledges), after the
     # first one right after the node's first heartbeat. Each probe costs a phone 256 KiB of its data plan:
     # every 10 min is ~1.5 MB/h; a probe also delays that session's next frames by its transfer time.
@@ -64,6 +74,11 @@ class RelayConfig:
     # a congested direct route), rarely by more than 2x; the slack covers timer and event-loop noise (ms).
     link_tiv_factor: float = 2.0
     link_slack_ms: float = 5.0
+    # Coordinates are refitted from every sample held (web/links.py refit: deterministic, so every relay of a
+    # cluster serves the same) this often when samples changed, within a budget of Vivaldi updates per refit
+    # (200 passes over up to 250 confirmed edges; fewer passes beyond: ~0.3 s of CPU here).
+    link_refit_interval_s: float = 10.0
+    link_refit_updates: int = 50_000
 
     # Challenges (web/challenges.py): the relay measures each node itself. A session opts in with a hello
     # (clients that cannot answer stay unverified rather than failing). The work is sized so the node's

@@ -1,12 +1,13 @@
-"""Measured edges and network coordinates at a relay: co-signed LinkSamples (its own live sessions and
-POST /v1/links) feed a Vivaldi coordinate per endpoint, which rides /netgraph and /v1/nodes. Pure: the
-relay stores the samples; this keeps the graph, judges samples against its own measurements and answers
-the mesh questions.
+"""Measured edges and network coordinates at a relay: co-signed LinkSamples (its own live sessions, POST
+/v1/links, and the other relays of its cluster over NATS) feed a Vivaldi coordinate per endpoint, which
+rides /netgraph and /v1/nodes. Pure: the relay stores the samples; this keeps the graph, judges samples
+against the landmarks' measurements and answers the mesh questions.
 
 Trust in an edge (issue "links bounded by physics"): the schema bounds every sample by physics
-(capsule.model LINK_*). An edge node <-> relay is the relay's own measurement. An edge between two nodes is
-*confirmed* only when the relay has measured both endpoints itself (their edges to this relay) and the
-sample satisfies the triangle inequality through the relay within RelayConfig's tolerance. The two sides
+(capsule.model LINK_*). The landmarks are this relay and its cluster peers: an edge node <-> landmark is the
+landmark's own measurement. An edge between two nodes is *confirmed* only when a landmark has measured both
+endpoints itself and the sample satisfies the triangle inequality through every landmark that did, within
+RelayConfig's tolerance. The two sides
 differ because the relay's RTTs only ever overstate (event loops, phone radios and busy nodes add delay,
 nothing removes it): the upper side, rtt_ab <= factor * (rtt_a + rtt_b) + slack, stays sound under that
 noise, so a sample beyond it is refused (inconsistent_rtt); the lower side, rtt_ab >= |rtt_a - rtt_b|,
@@ -22,11 +23,12 @@ from typing import Any
 
 from capsule.model import LinkSample
 from fabric.graph import FabricMap
-from fabric.vivaldi import Coordinate, CoordinateError, VivaldiNode
+from fabric.vivaldi import Coordinate, CoordinateError, VivaldiNode, coordinates_from_links
 from web.config import RelayConfig
 from web.problems import Problem
 
 MESH_REFRESH_S = 2.0  # the mesh block of /stats is recomputed at most this often (it walks the graph)
+REFIT_CYCLES = 200    # passes over the confirmed samples in a refit (coordinates_from_links' default)
 
 
 def coordinate_seed(node_id: str) -> int:
@@ -42,6 +44,11 @@ class LinkBook:
     def __init__(self, relay_id: str, config: RelayConfig | None = None) -> None:
         self.relay_id = relay_id
         self.config = config or RelayConfig()
+        # whose own edges are measurements: this relay and the peers of its cluster (their edges arrive over
+        # NATS); a node-to-node edge is judged against every one of them that measured both ends
+        self.landmarks = frozenset({relay_id, *self.config.cluster_peers})
+        self.refitted_version = -1
+        self.version = 0  # changes with every sample taken
         self.nodes: dict[str, VivaldiNode] = {}
         self.links: dict[tuple[str, str], dict[str, Any]] = {}
         self.unconfirmed: set[tuple[str, str]] = set()
@@ -55,30 +62,41 @@ class LinkBook:
             self.nodes[node_id] = VivaldiNode(seed=coordinate_seed(node_id))
         return self.nodes[node_id]
 
-    def relay_rtt_ms(self, node_id: str) -> float | None:
-        """This relay's own latest measurement of its RTT to node_id (the co-signed session edge)."""
-        edge = self.links.get(_key(node_id, self.relay_id))
+    def rtt_via(self, landmark: str, node_id: str) -> float | None:
+        """A landmark's own latest measurement of its RTT to node_id (the co-signed session edge)."""
+        edge = self.links.get(_key(node_id, landmark))
         return float(edge["rtt_ms"]) if edge else None
 
     def judge(self, sample: dict[str, Any]) -> bool:
-        """Whether a verified sample is confirmed by this relay's own measurements; raises
-        Problem(422, inconsistent_rtt) when it is slower than the path through this relay allows."""
+        """Whether a verified sample is confirmed by the landmarks' own measurements (this relay and its
+        cluster peers); raises Problem(422, inconsistent_rtt) when it is slower than the path through any
+        landmark that measured both endpoints allows. Confirmed: a landmark's own edge, or a node-to-node
+        edge that at least one landmark measured both ends of and that no landmark's lower bound contradicts
+        (every landmark that can check it agrees: two liars need all of them fooled, not one)."""
         a, b = sample["a"], sample["b"]
-        if self.relay_id in (a, b):
-            return True  # the relay measured it itself (pings on its live session)
-        rtt_a, rtt_b = self.relay_rtt_ms(a), self.relay_rtt_ms(b)
-        if rtt_a is None or rtt_b is None:
-            return False
-        factor, slack = self.config.link_tiv_factor, self.config.link_slack_ms
-        low = (abs(rtt_a - rtt_b) - slack) / factor
-        high = factor * (rtt_a + rtt_b) + slack
+        if a in self.landmarks or b in self.landmarks:
+            return True  # a landmark measured it itself (pings on its live session)
         rtt = float(sample["rtt_ms"])
-        if rtt > high:
-            raise Problem(422, "inconsistent_rtt", "the RTT contradicts this relay's own measurements",
-                          f"{rtt} ms between endpoints this relay measured at {rtt_a} ms and {rtt_b} ms; the "
-                          f"triangle inequality through this relay allows at most {high:.3f} ms (factor "
-                          f"{factor:g}, slack {slack:g} ms)", "$.rtt_ms")
-        return rtt >= low
+        factor, slack = self.config.link_tiv_factor, self.config.link_slack_ms
+        checked = False
+        confirmed = True
+
+        def who(landmark: str) -> str:
+            return "this relay" if landmark == self.relay_id else f"peer relay {landmark}"
+
+        for landmark in sorted(self.landmarks):
+            rtt_a, rtt_b = self.rtt_via(landmark, a), self.rtt_via(landmark, b)
+            if rtt_a is None or rtt_b is None:
+                continue
+            checked = True
+            high = factor * (rtt_a + rtt_b) + slack
+            if rtt > high:
+                raise Problem(422, "inconsistent_rtt", "the RTT contradicts a landmark's own measurements",
+                              f"{rtt} ms between endpoints {who(landmark)} measured at {rtt_a} ms and {rtt_b} "
+                              f"ms; the triangle inequality through it allows at most {high:.3f} ms (factor "
+                              f"{factor:g}, slack {slack:g} ms)", "$.rtt_ms")
+            confirmed = confirmed and rtt >= (abs(rtt_a - rtt_b) - slack) / factor
+        return checked and confirmed
 
     def add(self, sample: dict[str, Any], confirmed: bool) -> bool:
         """Records a verified sample (if newer than the stored one for the pair); a confirmed one moves both
@@ -90,6 +108,7 @@ class LinkBook:
             return False
         self.links[key] = sample
         self._dirty = True
+        self.version += 1
         if not confirmed:
             self.unconfirmed.add(key)
             self._node(a), self._node(b)  # on the map, where their own confirmed edges put them
@@ -106,18 +125,54 @@ class LinkBook:
         return True
 
     def load(self, samples: list[dict[str, Any]]) -> None:
-        """Rebuilds the book from stored samples (oldest first): the relay's own edges first, so node-to-node
-        edges are judged against them as they were when they arrived."""
-        own = [s for s in samples if self.relay_id in (s["a"], s["b"])]
-        for sample in own:
-            self.add(sample, True)
+        """Rebuilds the book from stored samples, then its coordinates (refit)."""
         for sample in samples:
-            if self.relay_id not in (sample["a"], sample["b"]):
-                try:
-                    confirmed = self.judge(sample)
-                except Problem:
-                    confirmed = False  # accepted under an earlier measurement; now it moves nothing
-                self.add(sample, confirmed)
+            key = _key(sample["a"], sample["b"])
+            old = self.links.get(key)
+            if old is None or old["measured_at"] <= sample["measured_at"]:
+                self.links[key] = sample
+        self.version += 1
+        self.refit()
+
+    def refit(self) -> None:
+        """Coordinates from every sample held, deterministically: each node-to-node sample re-judged against
+        the landmark edges now held, the confirmed ones (sorted) fitted by coordinates_from_links. Every
+        relay of a cluster that holds the same samples (they travel over NATS) so serves the same
+        coordinates, whatever order they arrived in; samples that arrive between refits move coordinates
+        incrementally (add) until the next one."""
+        ordered = sorted(self.links.values(), key=lambda s: (s["a"], s["b"]))
+        confirmed, self.unconfirmed = [], set()
+        for sample in ordered:
+            try:
+                ok = self.judge(sample)
+            except Problem:
+                ok = False  # accepted under earlier measurements; now it moves nothing
+            if ok:
+                confirmed.append(sample)
+            else:
+                self.unconfirmed.add(_key(sample["a"], sample["b"]))
+        budget = self.config.link_refit_updates
+        cycles = max(1, min(REFIT_CYCLES, budget // max(1, len(confirmed))))
+        coords = coordinates_from_links(confirmed, cycles=cycles, seed=0)
+        for node_id in {s["a"] for s in ordered} | {s["b"] for s in ordered}:
+            node = self._node(node_id)
+            node.coord = coords.get(node_id) or VivaldiNode(seed=coordinate_seed(node_id)).coord
+        self.refitted_version = self.version
+        self._dirty = True
+
+    def refit_due(self) -> bool:
+        return self.version != self.refitted_version
+
+    def take_fit(self, fitted: LinkBook, version: int) -> None:
+        """Takes the coordinates and confirmations of a book refitted (in a worker thread) from this one's
+        samples at `version`; samples added since keep their own judgement until the next refit."""
+        for node_id, node in fitted.nodes.items():
+            self._node(node_id).coord = node.coord
+        changed = {k for k, s in self.links.items() if fitted.links.get(k) is not s}
+        self.unconfirmed = (fitted.unconfirmed - changed) | (self.unconfirmed & changed)
+        self.refitted_version = version
+        self._dirty = True
+
 
     def coordinate(self, node_id: str) -> Coordinate | None:
         node = self.nodes.get(node_id)
@@ -141,3 +196,10 @@ class LinkBook:
             self._mesh_at = now
             self._dirty = False
         return self._mesh
+
+
+def fitted_book(relay_id: str, config: RelayConfig, samples: list[dict[str, Any]]) -> LinkBook:
+    """A book of these samples, refitted (LinkBook.load): what a relay computes beside its event loop."""
+    book = LinkBook(relay_id, config)
+    book.load(samples)
+    return book

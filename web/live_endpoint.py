@@ -49,7 +49,7 @@ async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
     if conn.challengee is not None:
         conn.challengee.node_id = node_id
     if relay.cluster is not None:
-        relay.cluster.publish_heartbeat(node_id)
+        relay.cluster.local_heartbeat(node_id, time.time())
     await conn.ws.send_json({"type": "ack", "seq": session.last_seq})
 
 

@@ -37,7 +37,9 @@ class Metrics:
         self.ingest_seconds = Histogram()
         self.heartbeats = 0
         self.ws_sessions = 0
-        self.cluster_received = Counter[str]()  # profiles from NATS by result
+        self.probes = 0                       # landmark probes completed (WS /v1/probe)
+        self.cluster_received = Counter[str]()  # records from NATS by result (profiles, digests, transcripts)
+        self.cluster_sent = Counter[str]()      # records this relay published, by kind
 
     def render(self, gauges: dict[str, float]) -> str:
         lines = ["# HELP ce_relay_ingest_total Profiles posted, by result code.",
@@ -49,6 +51,9 @@ class Metrics:
                   "# TYPE ce_relay_cluster_received_total counter"]
         lines += [f'ce_relay_cluster_received_total{{result="{r}"}} {n}'
                   for r, n in sorted(self.cluster_received.items())]
+        lines += ["# TYPE ce_relay_probes_total counter", f"ce_relay_probes_total {self.probes}",
+                  "# TYPE ce_relay_cluster_sent_total counter"]
+        lines += [f'ce_relay_cluster_sent_total{{kind="{k}"}} {n}' for k, n in sorted(self.cluster_sent.items())]
         for name, value in gauges.items():
             lines += [f"# TYPE {name} gauge", f"{name} {value}"]
         return "\n".join(lines) + "\n"

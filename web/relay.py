@@ -20,7 +20,7 @@ from web.beacon import next_round
 from web.challenge_desk import ChallengeDesk
 from web.config import RelayConfig
 from web.ingest import BeaconBook, Ingest, parse_json
-from web.links import LinkBook
+from web.links import LinkBook, fitted_book
 from web.metrics import Metrics
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
@@ -76,14 +76,20 @@ class Relay:
         for body in self.store.beacons():
             self.beacons.add(json.loads(body))
         self.links.load([json.loads(body) for body in self.store.all_links()])
-        self.challenges.load([(n, at, json.loads(body)) for n, at, body in self.store.all_challenges()])
+        replayed = self.challenges.load(
+            [(n, json.loads(body)) for n, body in self.store.all_trust()],
+            [(n, at, json.loads(body)) for n, at, body in self.store.challenges_without_trust()])
+        if replayed:  # a store of an older relay: replayed once, then read as states from the next start
+            await self.store.write(Store.all_of(*self.challenges.trust_state_ops(replayed, time.time())))
+        self.stats_history.extend(json.loads(b) for b in self.store.stats_points(self.config.stats_history_kept))
         self.challenges.roll.load([json.loads(body) for _, _, body in
                                    reversed(self.store.history(STORE_KEY, self.config.roll_calls_kept))])
         await self.issue_beacon()
         self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
                        asyncio.create_task(self._every(1.0, self.challenges.tick)),
-                       asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats))]
+                       asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats)),
+                       asyncio.create_task(self._every(self.config.link_refit_interval_s, self.refit_links))]
         await self.sample_stats()
         if self.config.nats_url:
             from web.cluster import Cluster
@@ -125,12 +131,16 @@ class Relay:
         """One point of the scoreboard over time: the verified and the claimed totals of the whole atlas."""
         keys = ("nodes", "cpu_cores", "cpu_gflops", "tokens_per_sec", "gpu_tflops")
         verified, claimed = self.atlas.global_verified.snapshot(), self.atlas.global_stats.snapshot()
-        self.stats_history.append({"at": round(time.time(), 3), "verified_nodes": len(self.atlas.global_verified),
-                                   "verified": {k: verified[k] for k in keys[1:]},
-                                   "claimed": {k: claimed[k] for k in keys}})
+        at = round(time.time(), 3)
+        point = {"at": at, "verified_nodes": len(self.atlas.global_verified),
+                 "verified": {k: verified[k] for k in keys[1:]}, "claimed": {k: claimed[k] for k in keys}}
+        self.stats_history.append(point)
+        await self.store.write(Store.put_stats_point_op(at, json.dumps(point).encode(),
+                                                        self.config.stats_history_kept))
 
     async def _sweep(self) -> None:
-        for node_id in self.atlas.sweep(time.time()):
+        keep = self.cluster.held_elsewhere if self.cluster is not None else None
+        for node_id in self.atlas.sweep(time.time(), keep):
             log.info("node offline", extra={"node_id": node_id})
 
     def check_ip(self, ip: str) -> None:
@@ -187,9 +197,17 @@ class Relay:
     def sign_link(self, body: dict[str, Any]) -> dict[str, Any]:
         return sign("LinkSample", body, self.key, "sig_b")
 
-    async def add_link(self, body: bytes, now: float) -> dict[str, Any]:
-        """Verifies a co-signed LinkSample (POST /v1/links, or the node's answer on a live session) and
-        stores it; raises Problem naming what is wrong."""
+    async def refit_links(self) -> None:
+        """Refits the coordinates from every sample held (web/links.py), beside the event loop."""
+        if self.links.refit_due():
+            version, samples = self.links.version, list(self.links.links.values())
+            fitted = await asyncio.to_thread(fitted_book, self.relay_id, self.config, samples)
+            self.links.take_fit(fitted, version)
+
+    async def add_link(self, body: bytes, now: float, from_cluster: bool = False) -> dict[str, Any]:
+        """Verifies a co-signed LinkSample (POST /v1/links, the node's answer on a live session, or a peer
+        relay's over NATS) and stores it; raises Problem naming what is wrong. Samples taken here are
+        published to the cluster (each relay judges them against its own landmarks' edges)."""
         sample: dict[str, Any] = parse_json(body)
         try:
             verify_record("LinkSample", sample)
@@ -204,13 +222,16 @@ class Relay:
             raise Problem(422, "measured_in_future", "measured_at is in the future", str(sample["measured_at"]),
                           "$.measured_at")
         for end in ("a", "b"):
-            if sample[end] != self.relay_id and sample[end] not in self.atlas.nodes:
+            if sample[end] not in self.links.landmarks and sample[end] not in self.atlas.nodes:
                 raise Problem(422, "unknown_node", "an endpoint has no profile at this relay",
                               f"{sample[end]} (post its NodeProfile first)", f"$.{end}")
         confirmed = self.links.judge(sample)
         await self.store.write(Store.put_link_op(sample["a"], sample["b"], sample["measured_at"],
                                                  json.dumps(sample).encode()))
-        self.links.add(sample, confirmed)
+        if not self.links.add(sample, confirmed):
+            return sample  # not newer than the one held (a sample seen twice, or out of order)
+        if self.cluster is not None and not from_cluster:
+            self.cluster.publish_link(sample)
         return sample
 
     def new_session_id(self) -> str:

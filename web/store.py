@@ -41,6 +41,15 @@ CREATE TABLE IF NOT EXISTS beacons (
     round INTEGER PRIMARY KEY,
     body BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS trust (  -- each node's trust state (web/trust.py), written with each result
+    node_id TEXT PRIMARY KEY,
+    at REAL NOT NULL,              -- unix time of the result it includes last
+    body BLOB NOT NULL             -- JSON (Trust.to_state)
+);
+CREATE TABLE IF NOT EXISTS stats_points (  -- the scoreboard over time (/stats/history)
+    at REAL PRIMARY KEY,
+    body BLOB NOT NULL
+);
 """
 
 Op = Callable[[sqlite3.Connection], Any]
@@ -188,15 +197,41 @@ class Store:
                          "WHERE node_id=? ORDER BY at DESC LIMIT ?)", (node_id, node_id, keep))
         return op
 
+    @staticmethod
+    def put_trust_op(node_id: str, at: float, body: bytes) -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO trust (node_id, at, body) VALUES (?, ?, ?)", (node_id, at, body))
+        return op
+
+    def all_trust(self) -> Iterator[tuple[str, bytes]]:
+        """Every node's stored trust state: what a relay reads at start (one row per node)."""
+        for node_id, body in self._reader.execute("SELECT node_id, body FROM trust"):
+            yield str(node_id), bytes(body)
+
+    def challenges_without_trust(self) -> Iterator[tuple[str, float, bytes]]:
+        """Challenge results, in time order, of nodes with no stored trust state (rows a relay wrote before it
+        kept one): replayed once at start, after which the state is stored."""
+        yield from self._reader.execute(
+            "SELECT node_id, at, body FROM history WHERE kind='challenge' AND node_id NOT IN "
+            "(SELECT node_id FROM trust) ORDER BY at")
+
+    @staticmethod
+    def put_stats_point_op(at: float, body: bytes, keep: int) -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO stats_points (at, body) VALUES (?, ?)", (at, body))
+            conn.execute("DELETE FROM stats_points WHERE at NOT IN (SELECT at FROM stats_points ORDER BY at DESC "
+                         "LIMIT ?)", (keep,))
+        return op
+
+    def stats_points(self, limit: int) -> list[bytes]:
+        rows = self._reader.execute("SELECT body FROM stats_points ORDER BY at DESC LIMIT ?", (limit,)).fetchall()
+        return [bytes(r[0]) for r in reversed(rows)]
+
     def history(self, node_id: str, limit: int) -> list[tuple[float, str, bytes]]:
         """A node's latest events, oldest first."""
         rows = self._reader.execute("SELECT at, kind, body FROM history WHERE node_id=? ORDER BY at DESC LIMIT ?",
                                     (node_id, limit)).fetchall()
         return [(r[0], r[1], bytes(r[2])) for r in reversed(rows)]
-
-    def all_challenges(self) -> Iterator[tuple[str, float, bytes]]:
-        """Every stored challenge result in time order (the relay replays them into its trust state)."""
-        yield from self._reader.execute("SELECT node_id, at, body FROM history WHERE kind='challenge' ORDER BY at")
 
     def all_links(self) -> list[bytes]:
         return [bytes(r[0]) for r in self._reader.execute("SELECT body FROM links ORDER BY measured_at")]

@@ -19,6 +19,7 @@ call proved (web/rollcall.py), and nothing while flagged.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -53,6 +54,16 @@ class Trust:
     last_pass_at: float | None = None
     tokens_checked: int = 0      # reference-model answers whose hash the relay recomputed and found equal
     last_wrong_code: str | None = None
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything it holds, as JSON (the relay stores it with every result: start reads one row per node)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Trust:
+        """The Trust to_state wrote (fields a later version added take their defaults)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in known})
 
     def _decay(self, now: float, half_life_s: float) -> None:
         if now > self.decayed_at:

@@ -1,0 +1,177 @@
+"""One graph per relay cluster, relays as landmarks (issue 18, items 2-3), against a real nats-server and real
+relay processes that name each other as peers: link samples travel over NATS, every relay judges a
+node-to-node sample against the edges of every landmark (itself and its peers) that measured both ends, and
+every relay serves the same coordinates, a relay started later included (it catches up from the bucket).
+A node keeps its session with one relay and the others probe it (WS /v1/probe): a real `ce-bench node`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.keys import NodeKey, load_or_create
+from fabric.graph import FabricMap
+from host_runner.live_client import LiveSession
+from tests.nats_process import NatsProcess
+from tests.relay_process import CLI, RelayProcess, free_port
+from tests.test_links import link, register
+from tests.test_proven import until
+
+OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000"]
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
+    keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(3)]  # ids known before they start
+    with NatsProcess(tmp_path / "nats") as nats:
+        ports = [free_port() for _ in range(3)]
+        relays = [RelayProcess(tmp_path / f"r{i}", *OPTIONS, "--nats", nats.url,
+                               "--public-url", f"http://127.0.0.1:{ports[i]}",
+                               *[arg for j in range(3) if j != i for arg in ("--cluster-peer", keys[j].node_id)],
+                               port=ports[i])
+                  for i in range(3)]
+        try:
+            yield nats, relays, keys
+        finally:
+            for r in relays:
+                r.stop()
+
+
+def edges(relay: RelayProcess) -> dict[tuple[str, str], dict[str, Any]]:
+    graph = relay.get("/netgraph")[1]
+    return {pair(e["a"], e["b"]): e for e in graph["edges"]}
+
+
+def unconfirmed(relay: RelayProcess) -> set[tuple[str, str]]:
+    return {pair(a, b) for a, b in relay.get("/netgraph")[1]["unconfirmed_edges"]}
+
+
+def pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)
+
+
+def test_one_graph_on_every_relay_judged_by_every_landmark(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]]) -> None:
+    """x and y hold sessions with relay A only, z with B. A sample x <-> y posted to B, which never measured
+    x or y, is confirmed there by A's edges (a landmark); one slower than the path through A allows is
+    refused by B naming A. Both relays, and C started afterwards, hold the same edges and serve the same
+    coordinates."""
+    _, relays, keys = cluster
+    a, b, c = relays
+    a.start(), b.start()
+    x, y = register(a), register(a)
+    z = register(b)
+    until("profiles everywhere", 30, lambda: all(r.get(f"/v1/nodes/{k.node_id}")[0] == 200
+                                                 for r in (a, b) for k in (x, y, z)))
+    sessions = [LiveSession(a.url, x).start(), LiveSession(a.url, y).start(), LiveSession(b.url, z).start()]
+    try:
+        ids = {k: keys[i].node_id for i, k in enumerate("abc")}
+        wanted = {pair(x.node_id, ids["a"]), pair(y.node_id, ids["a"]), pair(z.node_id, ids["b"])}
+        until("every relay-node edge on both relays", 30, lambda: all(wanted <= set(edges(r)) for r in (a, b)))
+    finally:
+        for s in sessions:
+            s.stop()
+    assert not ({pair(x.node_id, ids["b"]), pair(y.node_id, ids["b"])} & set(edges(b)))  # B never measured them
+    rtt_x, rtt_y = (edges(b)[pair(k.node_id, ids["a"])]["rtt_ms"] for k in (x, y))
+    too_slow = link(x, y, rtt_ms=round(2 * (rtt_x + rtt_y) + 5 + 50, 3))
+    status, body = b.post("/v1/links", too_slow)
+    assert status == 422 and body["code"] == "inconsistent_rtt" and ids["a"] in body["detail"], body
+    fitting = link(x, y, rtt_ms=round(rtt_x + rtt_y, 3))
+    assert b.post("/v1/links", fitting)[0] == 201
+    xy = pair(x.node_id, y.node_id)
+    assert xy not in unconfirmed(b)  # confirmed by A's edges, on B
+    until("the sample on A, confirmed", 20, lambda: xy in edges(a) and xy not in unconfirmed(a))
+    c.start()  # a relay started afterwards catches up from the bucket
+    until("the same edges on all three", 30,
+          lambda: len({frozenset((k, e["measured_at"], e["rtt_ms"]) for k, e in edges(r).items())
+                       for r in relays}) == 1)
+
+    def maps() -> list[FabricMap]:
+        return [FabricMap.from_relay(r.url) for r in relays]
+
+    def same_answers() -> bool:
+        answers = [[m.predicted_rtt(p, q) for p in (x.node_id, y.node_id, z.node_id)
+                    for q in (x.node_id, y.node_id, z.node_id) if p < q] for m in maps()]
+        return answers[0] == answers[1] == answers[2] and all(v > 0 for v in answers[0])
+
+    until("the same predictions from every relay", 30, same_answers)
+    for r in relays:  # the precondition: fitted coordinates, not every node at the origin (equal by default)
+        coords = {n["node_id"]: n["coordinate"] for n in r.get("/netgraph")[1]["nodes"]}
+        assert any(v != 0 for v in coords[x.node_id]["vec"]) and coords[x.node_id] != coords[y.node_id], coords
+
+
+def test_landmark_probes_measure_a_node_from_every_relay(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], tmp_path: Path) -> None:
+    """A real `ce-bench node` on relay B is probed by A and C (the relays B lists with their URLs): each stores
+    its own measured edge to the node, and every relay holds all three. A probe is a measurement, not a
+    session: a node probed but live nowhere stays offline. A co-signed sample altered by the node, or a probe
+    by a node without a profile, is refused and stores nothing."""
+    import os
+    import subprocess
+
+    from websockets.sync.client import connect
+
+    from capsule.signing import sign
+    from host_runner.landmarks import ProbeError, landmarks, probe
+
+    _, relays, keys = cluster
+    for r in relays:
+        r.start()
+    a, b, c = relays
+    listed = until("B lists the others' URLs (their digests announce them)", 20, lambda: len(landmarks(b.url)) == 2
+                   and landmarks(b.url))
+    assert {m.relay for m in listed} == {keys[0].node_id, keys[2].node_id}, listed
+    assert {m.url for m in listed} == {a.url, c.url}
+    silent = register(a)  # a profile, no session anywhere
+    until("the profile on B", 30, lambda: b.get(f"/v1/nodes/{silent.node_id}")[0] == 200)
+    until("offline (a posted profile counts as a sign of life for 3 intervals)", 20,
+          lambda: not any(node_online(r, silent) for r in (a, b)))
+    rtt = probe(b.url, silent)
+    assert 0 < rtt < 1000 and pair(silent.node_id, keys[1].node_id) in edges(b)
+    time.sleep(1.0)  # three heartbeat intervals: a digest would have carried it
+    assert not any(node_online(r, silent) for r in (a, b))
+    stranger = NodeKey.generate()
+    try:
+        probe(b.url, stranger)
+        raise AssertionError("a node without a profile was probed")
+    except ProbeError as exc:
+        assert "unknown_node" in str(exc), exc
+    with connect(b.url.replace("http://", "ws://") + "/v1/probe", open_timeout=10) as ws:  # a node that lies
+        welcome = json.loads(ws.recv(timeout=10))
+        beat = sign("Heartbeat", {"node_id": silent.node_id, "session": welcome["session"], "seq": 1,
+                                  "sent_at": int(time.time())}, silent)
+        ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
+        while (m := json.loads(ws.recv(timeout=10)))["type"] == "ping":
+            ws.send(json.dumps({"type": "pong", "id": m["id"]}))
+        assert m["type"] == "cosign"
+        lie = {**m["sample"], "rtt_ms": 0.5 * m["sample"]["rtt_ms"], "measured_at": m["sample"]["measured_at"] + 1}
+        ws.send(json.dumps({"type": "cosigned", "sample": sign("LinkSample", lie, silent, "sig_a")}))
+        refused = json.loads(ws.recv(timeout=10))
+    assert refused["type"] == "error" and refused["code"] == "bad_signature", refused
+    assert edges(b)[pair(silent.node_id, keys[1].node_id)]["rtt_ms"] != lie["rtt_ms"]
+
+    env = {**os.environ, "CE_BENCH_HOME": str(tmp_path / "home")}
+    log = tmp_path / "node.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([CLI, "node", "--relay", b.url, "--no-gpu", "--no-jitter", "--budget-ms", "500",
+                                 "--landmark-interval-s", "3"], stdout=out, stderr=out, cwd=tmp_path, env=env)
+    try:
+        until("the node's landmark probes logged", 180, lambda: log.read_text().count(" ms\n") >= 2
+              and "landmark" in log.read_text())
+        node_id = next(line.split()[2] for line in log.read_text().splitlines() if " -> " in line)
+        wanted = {pair(node_id, k.node_id) for k in keys}
+        until("every relay holds the node's three landmark edges", 30,
+              lambda: all(wanted <= set(edges(r)) for r in relays))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(log.read_text()[-2000:])
+
+
+def node_online(relay: RelayProcess, key: NodeKey) -> bool:
+    return bool(relay.get(f"/v1/nodes/{key.node_id}")[1]["status"]["online"])
