@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.kernels_paired import cpu_model  # noqa: E402
 from bench.relay_sessions import Stats, register_nodes, session  # noqa: E402
 from common.keys import load_or_create  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
@@ -83,7 +83,7 @@ async def measure(nats_url: str, a: RelayProcess, b: RelayProcess, sessions: int
     liveness = counts.get("ce.atlas.live-digests", [0, 0])
     total_msgs, total_bytes = sum(r[0] for r in counts.values()), sum(r[1] for r in counts.values())
     old_msgs, old_bytes = beats / hold_s, beats * OLD_HEARTBEAT_BYTES / hold_s
-    print(f"{sessions} sessions on relay A, {hold_s:.0f} s, CPU {platform.processor() or platform.machine()}")
+    print(f"{sessions} sessions on relay A, {hold_s:.0f} s, CPU {cpu_model()}")
     print(f"  liveness now: {liveness[0] / hold_s:.2f} digests/s, {liveness[1] / hold_s / 1000:.2f} kB/s")
     print(f"  liveness before (one message per heartbeat): {old_msgs:.1f} msgs/s, {old_bytes / 1000:.2f} kB/s")
     old_total = max(beats * OLD_HEARTBEAT_BYTES, 1)

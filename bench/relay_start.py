@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import sqlite3
 import statistics
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.kernels_paired import cpu_model  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
 from web.config import RelayConfig  # noqa: E402
@@ -85,6 +85,7 @@ def start_without_states(data_dir: Path) -> float:
     db = sqlite3.connect(data_dir / "relay.sqlite")
     with db:
         db.execute("DELETE FROM trust")
+        db.execute("PRAGMA user_version=0")  # as a store written before trust states
     db.close()
     return asyncio.run(start_once(data_dir))
 
@@ -95,7 +96,7 @@ def main() -> None:
     parser.add_argument("--history", default="1,25", help="results per node, comma-separated")
     args = parser.parse_args()
     depths = [int(k) for k in args.history.split(",")]
-    print(f"relay start, {args.nodes} nodes, CPU {platform.processor() or platform.machine()}")
+    print(f"relay start, {args.nodes} nodes, CPU {cpu_model()}")
     rows = []
     for k in depths:
         with tempfile.TemporaryDirectory() as tmp:

@@ -79,8 +79,9 @@ class Relay:
         replayed = self.challenges.load(
             [(n, json.loads(body)) for n, body in self.store.all_trust()],
             [(n, at, json.loads(body)) for n, at, body in self.store.challenges_without_trust()])
-        if replayed:  # a store of an older relay: replayed once, then read as states from the next start
-            await self.store.write(Store.all_of(*self.challenges.trust_state_ops(replayed, time.time())))
+        if not self.store.trust_states_complete():  # a store of an older relay: replayed once, then states
+            await self.store.write(Store.all_of(*self.challenges.trust_state_ops(replayed, time.time()),
+                                                Store.trust_states_complete_op()))
         self.stats_history.extend(json.loads(b) for b in self.store.stats_points(self.config.stats_history_kept))
         self.challenges.roll.load([json.loads(body) for _, _, body in
                                    reversed(self.store.history(STORE_KEY, self.config.roll_calls_kept))])

@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS stats_points (  -- the scoreboard over time (/stats/h
 """
 
 Op = Callable[[sqlite3.Connection], Any]
+TRUST_STATES_VERSION = 1  # PRAGMA user_version once every node's trust state is stored
 
 
 class StoreError(Exception):
@@ -70,6 +71,11 @@ class Store:
         columns = {row[1] for row in self._writer.execute("PRAGMA table_info(profiles)")}
         if "summary" not in columns:  # a store written by an older relay: its rows get summaries as they change
             self._writer.execute("ALTER TABLE profiles ADD COLUMN summary BLOB")
+        # user_version 1: every node's trust state is in the trust table (version 0: a store written before
+        # it; its challenge history is replayed once at start). A store without history starts at 1.
+        if self._writer.execute("PRAGMA user_version").fetchone()[0] == 0 and self._writer.execute(
+                "SELECT 1 FROM history WHERE kind='challenge' LIMIT 1").fetchone() is None:
+            self._writer.execute(f"PRAGMA user_version={TRUST_STATES_VERSION}")
         self._reader = sqlite3.connect(path, check_same_thread=False)
         self._queue: queue.Queue[tuple[Op, Future[Any]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._write_loop, name="sqlite-writer", daemon=True)
@@ -208,9 +214,20 @@ class Store:
         for node_id, body in self._reader.execute("SELECT node_id, body FROM trust"):
             yield str(node_id), bytes(body)
 
+    def trust_states_complete(self) -> bool:
+        return bool(self._reader.execute("PRAGMA user_version").fetchone()[0] >= TRUST_STATES_VERSION)
+
+    @staticmethod
+    def trust_states_complete_op() -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(f"PRAGMA user_version={TRUST_STATES_VERSION}")
+        return op
+
     def challenges_without_trust(self) -> Iterator[tuple[str, float, bytes]]:
         """Challenge results, in time order, of nodes with no stored trust state (rows a relay wrote before it
-        kept one): replayed once at start, after which the state is stored."""
+        kept one): replayed once at start, after which the states are stored (trust_states_complete)."""
+        if self.trust_states_complete():
+            return
         yield from self._reader.execute(
             "SELECT node_id, at, body FROM history WHERE kind='challenge' AND node_id NOT IN "
             "(SELECT node_id FROM trust) ORDER BY at")
