@@ -87,9 +87,9 @@ def test_one_graph_on_every_relay_judged_by_every_landmark(
     assert xy not in unconfirmed(b)  # confirmed by A's edges, on B
     until("the sample on A, confirmed", 20, lambda: xy in edges(a) and xy not in unconfirmed(a))
     c.start()  # a relay started afterwards catches up from the bucket
-    until("the same edges on all three", 30,
-          lambda: len({frozenset((k, e["measured_at"], e["rtt_ms"]) for k, e in edges(r).items())
-                       for r in relays}) == 1)
+    # the same edges on all three (a relay's own newest measurement of an edge differs from the others' copy
+    # by less than link_gossip_change: the cluster shares its edges when they move, not every 3 pings)
+    until("the same edges on all three", 30, lambda: len({frozenset(edges(r)) for r in relays}) == 1)
 
     def maps() -> list[FabricMap]:
         return [FabricMap.from_relay(r.url) for r in relays]

@@ -50,7 +50,8 @@ def test_live_session_produces_cosigned_links_and_coordinates(tmp_path: Path) ->
                 mine = [e for e in graph["edges"] if e["a"] == key.node_id]
                 if session.links >= 2 and mine and mine[0]["bw_mbps"] is not None:
                     break
-                assert time.monotonic() < deadline, f"no co-signed link with bandwidth: {session.errors}"
+                assert time.monotonic() < deadline, (f"no co-signed link with bandwidth: {session.errors}, "
+                                                     f"{session.links} links, the latest {mine}")
                 time.sleep(0.2)
         finally:
             session.stop()

@@ -79,3 +79,18 @@ def test_link_body_after_enough_pongs() -> None:
     assert body is not None and body["a"] == NODE and body["b"] == RELAY
     assert body["rtt_ms"] == pytest.approx(2.0) and body["loss"] == 0.0
     assert s.link_body(RELAY, now=1e9) is None  # the window restarts
+
+
+def test_a_probe_that_gave_no_figure_is_retried_at_the_next_chances_a_few_times() -> None:
+    """A 256 KiB transfer within the RTT's noise gives no figure (loopback under load did, and the next probe
+    came ~600 s later): the next chances probe again, up to FIRST_BW_TRIES, then only the draw decides."""
+    from web.live import FIRST_BW_TRIES
+
+    s = Session("0" * 32)
+    s.node_id, s.rtt_ms = NODE, 50.0
+    for i in range(FIRST_BW_TRIES):
+        assert s.wants_bw_probe(draw=0.99, chance=0.01), i
+        s.start_bw_probe(now=float(i))
+        assert s.bw_ack(256 * 1024, now=float(i) + 0.001) is None  # faster than the RTT: no figure
+    assert not s.wants_bw_probe(draw=0.99, chance=0.01)  # tried enough: a phone is not probed every ping
+    assert s.wants_bw_probe(draw=0.001, chance=0.01)

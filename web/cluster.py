@@ -27,6 +27,7 @@ from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
 from web.digests import DigestBook, DigestWriter
 from web.ingest import verify_profile
+from web.links import worth_gossiping
 from web.problems import Problem
 from web.store import Store
 from web.transcripts import TranscriptError
@@ -51,6 +52,7 @@ class Cluster:
         self.nc: Any = None
         self.kv: Any = None
         self.kv_links: Any = None  # the link samples' bucket (key "a.b"): a relay that starts later catches up
+        self.links_sent: dict[tuple[str, str], dict[str, Any]] = {}  # this relay's edges as last sent
         self._tasks: list[asyncio.Task[None]] = []
         self._catch_up_needed = asyncio.Event()
         self.peers_seen: dict[str, float] = {}  # peer relay id -> unix time of its latest beacon round
@@ -209,9 +211,19 @@ class Cluster:
         """Whether a live peer's digest says it holds a live session of the node."""
         return self.book.held(node_id, self.alive_peers(now))
 
+    def worth_sending(self, sample: dict[str, Any]) -> bool:
+        """Whether a sample this relay took goes to the cluster (web/links.py worth_gossiping: its own edges
+        only when they moved or aged since the one last sent; others always)."""
+        key = (sample["a"], sample["b"]) if sample["a"] < sample["b"] else (sample["b"], sample["a"])
+        return self.relay.relay_id not in key or worth_gossiping(self.links_sent.get(key), sample,
+                                                                  self.relay.config)
+
     def publish_link(self, sample: dict[str, Any]) -> None:
         """A sample this relay took, to the bucket and the subject (best effort: a lost one is an edge the
         other relays lack until it is measured again)."""
+        key = (sample["a"], sample["b"]) if sample["a"] < sample["b"] else (sample["b"], sample["a"])
+        self.links_sent[key] = sample
+
         async def publish() -> None:
             data = json.dumps(sample).encode()
             a, b = sorted((sample["a"], sample["b"]))

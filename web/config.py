@@ -79,6 +79,11 @@ class RelayConfig:
     # (200 passes over up to 250 confirmed edges; fewer passes beyond: ~0.3 s of CPU here).
     link_refit_interval_s: float = 10.0
     link_refit_updates: int = 50_000
+    # A relay's own edge (its sessions measure one every 3 pings) goes to the cluster only when its RTT moved
+    # by more than link_gossip_change (a share) since the one last sent, or link_gossip_every_s later: every
+    # edge of every session was 150 NATS messages/s at 1,000 sessions (bench/cluster_traffic.py).
+    link_gossip_change: float = 0.2
+    link_gossip_every_s: float = 300.0
 
     # Challenges (web/challenges.py): the relay measures each node itself. A session opts in with a hello
     # (clients that cannot answer stay unverified rather than failing). The work is sized so the node's

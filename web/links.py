@@ -47,8 +47,9 @@ class LinkBook:
         # whose own edges are measurements: this relay and the peers of its cluster (their edges arrive over
         # NATS); a node-to-node edge is judged against every one of them that measured both ends
         self.landmarks = frozenset({relay_id, *self.config.cluster_peers})
+        self.shared: dict[tuple[str, str], dict[str, Any]] = {}  # what refits use: what the cluster holds
         self.refitted_version = -1
-        self.version = 0  # changes with every sample taken
+        self.version = 0  # changes with every shared sample
         self.nodes: dict[str, VivaldiNode] = {}
         self.links: dict[tuple[str, str], dict[str, Any]] = {}
         self.unconfirmed: set[tuple[str, str]] = set()
@@ -98,9 +99,11 @@ class LinkBook:
             confirmed = confirmed and rtt >= (abs(rtt_a - rtt_b) - slack) / factor
         return checked and confirmed
 
-    def add(self, sample: dict[str, Any], confirmed: bool) -> bool:
+    def add(self, sample: dict[str, Any], confirmed: bool, shared: bool = True) -> bool:
         """Records a verified sample (if newer than the stored one for the pair); a confirmed one moves both
-        endpoints' coordinates. False when it was not newer."""
+        endpoints' coordinates. `shared`: the whole cluster holds it too (it came from there, or it is being
+        sent there; a relay alone shares everything): only shared samples feed refits, so every relay refits
+        from the same set. False when it was not newer."""
         a, b = sample["a"], sample["b"]
         key = _key(a, b)
         old = self.links.get(key)
@@ -108,12 +111,16 @@ class LinkBook:
             return False
         self.links[key] = sample
         self._dirty = True
-        self.version += 1
+        if shared:
+            self.shared[key] = sample
+            self.version += 1
         if not confirmed:
             self.unconfirmed.add(key)
             self._node(a), self._node(b)  # on the map, where their own confirmed edges put them
             return True
         self.unconfirmed.discard(key)
+        if not shared:
+            return True  # within what the cluster holds already (link_gossip_change): the coordinates stay
         rtt = float(sample["rtt_ms"])
         node_a, node_b = self._node(a), self._node(b)
         coord_a = Coordinate(list(node_a.coord.vec), node_a.coord.error, node_a.coord.adjustment, node_a.coord.height)
@@ -130,7 +137,7 @@ class LinkBook:
             key = _key(sample["a"], sample["b"])
             old = self.links.get(key)
             if old is None or old["measured_at"] <= sample["measured_at"]:
-                self.links[key] = sample
+                self.links[key] = self.shared[key] = sample
         self.version += 1
         self.refit()
 
@@ -196,6 +203,16 @@ class LinkBook:
             self._mesh_at = now
             self._dirty = False
         return self._mesh
+
+
+def worth_gossiping(sent: dict[str, Any] | None, sample: dict[str, Any], config: RelayConfig) -> bool:
+    """Whether a relay sends its newest measurement of an edge to the cluster, given the one it last sent:
+    the first, one whose RTT moved by more than link_gossip_change, or one link_gossip_every_s newer."""
+    if sent is None:
+        return True
+    before, now = float(sent["rtt_ms"]), float(sample["rtt_ms"])
+    return (abs(now - before) > config.link_gossip_change * before
+            or sample["measured_at"] - sent["measured_at"] >= config.link_gossip_every_s)
 
 
 def fitted_book(relay_id: str, config: RelayConfig, samples: list[dict[str, Any]]) -> LinkBook:

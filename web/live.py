@@ -51,6 +51,7 @@ class LiveError(Exception):
 SAMPLES_PER_LINK = 3  # pongs behind each co-signed LinkSample
 MAX_ERRORS = 5  # bad messages a session may send before the relay closes it (1008): a broken client stops
 RTT_RECENT_KEPT = 15  # pongs behind a challenge's RTT (its median): a few minutes at the heartbeat interval
+FIRST_BW_TRIES = 3  # bandwidth probes at the first chances while none gave a figure (~770 KiB at most)
 PINGS_KEPT = 10  # outstanding pings remembered; an older pong is unknown (its RTT would be stale anyway)
 BW_PROBE_BYTES = 256 * 1024  # a timed transfer: big enough to dwarf the RTT on LANs, small for phones
 
@@ -83,11 +84,12 @@ class Session:
 
     def wants_bw_probe(self, draw: float, chance: float) -> bool:
         """Whether this session is due a bandwidth probe: only a known node, one at a time; the first at the
-        first chance, later ones with probability `chance` per ping (`draw` uniform in [0, 1)). The relay's
-        probe budget decides whether it is sent (web/live_endpoint.py)."""
+        first chance (up to FIRST_BW_TRIES while none gave a figure: a transfer within the RTT's noise gives
+        none), later ones with probability `chance` per ping (`draw` uniform in [0, 1)). The relay's probe
+        budget decides whether it is sent (web/live_endpoint.py)."""
         if self.node_id is None or self.bw_sent_at is not None:
             return False
-        return self.bw_probes == 0 or draw < chance
+        return (self.bw_mbps is None and self.bw_probes < FIRST_BW_TRIES) or draw < chance
 
     def start_bw_probe(self, now: float) -> None:
         self.bw_probes += 1

@@ -201,7 +201,7 @@ class Relay:
     async def refit_links(self) -> None:
         """Refits the coordinates from every sample held (web/links.py), beside the event loop."""
         if self.links.refit_due():
-            version, samples = self.links.version, list(self.links.links.values())
+            version, samples = self.links.version, list(self.links.shared.values())
             fitted = await asyncio.to_thread(fitted_book, self.relay_id, self.config, samples)
             self.links.take_fit(fitted, version)
 
@@ -229,9 +229,10 @@ class Relay:
         confirmed = self.links.judge(sample)
         await self.store.write(Store.put_link_op(sample["a"], sample["b"], sample["measured_at"],
                                                  json.dumps(sample).encode()))
-        if not self.links.add(sample, confirmed):
+        send = self.cluster is not None and not from_cluster and self.cluster.worth_sending(sample)
+        if not self.links.add(sample, confirmed, shared=self.cluster is None or from_cluster or send):
             return sample  # not newer than the one held (a sample seen twice, or out of order)
-        if self.cluster is not None and not from_cluster:
+        if send and self.cluster is not None:
             self.cluster.publish_link(sample)
         return sample
 
