@@ -170,3 +170,20 @@ def test_the_mesh_block_uses_the_monotonic_clock_by_default() -> None:
     book = LinkBook(R)
     book.add(sample(R, "a", 10.0), True)
     assert book.mesh()["median_rtt_ms"] == 10.0
+
+
+def test_a_relays_own_edge_is_sent_again_only_when_it_moved_or_aged() -> None:
+    from web.links import worth_gossiping
+
+    config = RelayConfig()  # 20% and 2 ms, 60 s apart at least; or 300 s
+    sent = sample(R, "a", 40.0, measured_at=1000)
+    assert worth_gossiping(None, sent, config)
+    assert not worth_gossiping(sent, sample(R, "a", 47.9, measured_at=1060), config)
+    assert worth_gossiping(sent, sample(R, "a", 48.1, measured_at=1060), config)
+    assert worth_gossiping(sent, sample(R, "a", 31.9, measured_at=1060), config)
+    assert not worth_gossiping(sent, sample(R, "a", 90.0, measured_at=1059), config)  # moved, but too soon
+    assert not worth_gossiping(sent, sample(R, "a", 40.0, measured_at=1299), config)
+    assert worth_gossiping(sent, sample(R, "a", 40.0, measured_at=1300), config)
+    near = sample(R, "a", 0.5, measured_at=1000)  # loopback: 0.5 -> 0.9 ms is 80% but noise
+    assert not worth_gossiping(near, sample(R, "a", 0.9, measured_at=1060), config)
+    assert worth_gossiping(near, sample(R, "a", 2.6, measured_at=1060), config)

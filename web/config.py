@@ -80,9 +80,13 @@ class RelayConfig:
     link_refit_interval_s: float = 10.0
     link_refit_updates: int = 50_000
     # A relay's own edge (its sessions measure one every 3 pings) goes to the cluster only when its RTT moved
-    # by more than link_gossip_change (a share) since the one last sent, or link_gossip_every_s later: every
-    # edge of every session was 150 NATS messages/s at 1,000 sessions (bench/cluster_traffic.py).
+    # by more than link_gossip_change (a share) and link_gossip_min_ms since the one last sent, at most once
+    # per link_gossip_min_interval_s, or link_gossip_every_s later: every edge of every session was 150 NATS
+    # messages/s at 1,000 sessions (bench/cluster_traffic.py); a loaded relay's RTTs move by more than 20%
+    # and 2 ms between samples, so the interval.
     link_gossip_change: float = 0.2
+    link_gossip_min_ms: float = 2.0
+    link_gossip_min_interval_s: float = 60.0
     link_gossip_every_s: float = 300.0
 
     # Challenges (web/challenges.py): the relay measures each node itself. A session opts in with a hello

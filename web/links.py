@@ -207,12 +207,14 @@ class LinkBook:
 
 def worth_gossiping(sent: dict[str, Any] | None, sample: dict[str, Any], config: RelayConfig) -> bool:
     """Whether a relay sends its newest measurement of an edge to the cluster, given the one it last sent:
-    the first, one whose RTT moved by more than link_gossip_change, or one link_gossip_every_s newer."""
+    the first, one whose RTT moved by more than link_gossip_change (and link_gossip_min_ms) at least
+    link_gossip_min_interval_s later, or one link_gossip_every_s newer."""
     if sent is None:
         return True
     before, now = float(sent["rtt_ms"]), float(sample["rtt_ms"])
-    return (abs(now - before) > config.link_gossip_change * before
-            or sample["measured_at"] - sent["measured_at"] >= config.link_gossip_every_s)
+    age_s = sample["measured_at"] - sent["measured_at"]
+    moved = abs(now - before) > max(config.link_gossip_change * before, config.link_gossip_min_ms)
+    return (moved and age_s >= config.link_gossip_min_interval_s) or age_s >= config.link_gossip_every_s
 
 
 def fitted_book(relay_id: str, config: RelayConfig, samples: list[dict[str, Any]]) -> LinkBook:
