@@ -5,6 +5,7 @@ import { probeGpu } from "./gpu.js";
 import { b64url, hex, nodeKey, unhex } from "./keys.js";
 import { loadCapsulePython } from "./python.js";
 import { challengeAnswerer } from "./challenge.js";
+import { probeLandmarks } from "./landmarks.js";
 import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
 import { call, probeWorkerPool } from "./workers.js";
 
@@ -220,6 +221,7 @@ async function join() {
       if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
       if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
     }, challengeAnswerer(module));
+    probeLandmarks(nodeId, key, py, (line) => { $("landmarks").textContent = line; });
   } catch (err) {
     setStatus(`stopped: ${err.message}`, "error");
   } finally {

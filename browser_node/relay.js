@@ -35,7 +35,7 @@ export function pendingProfile() {
   return text ? JSON.parse(text) : null;
 }
 
-async function relaySigned(sample, py) {
+export async function relaySigned(sample, py) {
   // never co-sign what the relay did not sign: check sig_b with the relay's key (from its NodeId)
   try {
     const key = await crypto.subtle.importKey("raw", unhex(py.publicKeyHex(sample.b)), { name: "Ed25519" }, false, ["verify"]);

@@ -25,6 +25,13 @@ from tests.test_proven import until
 OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000"]
 
 
+@pytest.fixture(scope="session")
+def browser_type_launch_args() -> dict[str, Any]:
+    from tests.test_browser import CHROMIUM, FLAGS
+
+    return {"executable_path": CHROMIUM, "args": FLAGS}
+
+
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(3)]  # ids known before they start
@@ -175,3 +182,25 @@ def test_landmark_probes_measure_a_node_from_every_relay(
 
 def node_online(relay: RelayProcess, key: NodeKey) -> bool:
     return bool(relay.get(f"/v1/nodes/{key.node_id}")[1]["status"]["online"])
+
+
+def test_a_browser_is_measured_by_the_landmarks_too(
+        page: Any, cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], artifacts: Any) -> None:
+    """Phones as much as servers: the join page served by relay B, once joined, asks A and C for landmark
+    probes (WS /v1/probe from the page, the samples co-signed with its WebCrypto key); every relay then
+    holds the browser's edges to all three relays."""
+    from host_runner.landmarks import landmarks
+    from tests.test_browser import join
+
+    _, relays, keys = cluster
+    for r in relays:
+        r.start()
+    b = relays[1]
+    until("B lists the others' URLs", 20, lambda: len(landmarks(b.url)) == 2)
+    node_id = join(page, b)["node_id"]
+    page.wait_for_function("() => (window.ceLandmarks || []).length === 2", timeout=30_000)
+    lines = page.evaluate("() => window.ceLandmarks")
+    assert all(line.endswith(" ms") for line in lines), lines  # both probes completed, none failed
+    assert "measured by 2 other relay(s)" in page.locator("#landmarks").inner_text()
+    wanted = {pair(node_id, k.node_id) for k in keys}
+    until("every relay holds the browser's three edges", 30, lambda: all(wanted <= set(edges(r)) for r in relays))

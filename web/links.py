@@ -212,7 +212,7 @@ def worth_gossiping(sent: dict[str, Any] | None, sample: dict[str, Any], config:
     if sent is None:
         return True
     before, now = float(sent["rtt_ms"]), float(sample["rtt_ms"])
-    age_s = sample["measured_at"] - sent["measured_at"]
+    age_s = float(sample["measured_at"]) - float(sent["measured_at"])
     moved = abs(now - before) > max(config.link_gossip_change * before, config.link_gossip_min_ms)
     return (moved and age_s >= config.link_gossip_min_interval_s) or age_s >= config.link_gossip_every_s
 
