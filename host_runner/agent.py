@@ -134,7 +134,8 @@ class Agent:
         while not self.stop.wait(wait):
             wait = self.config.landmark_interval_s
             try:
-                found = landmarks(self.relay, limit=self.config.landmarks_per_round)
+                home = self.session.relay_url if self.session is not None else self.relay  # where it is live now
+                found = landmarks(home, limit=self.config.landmarks_per_round)
             except (OSError, ValueError, KeyError) as exc:
                 self.say(f"landmarks: could not list the relays ({exc})")
                 found = []

@@ -11,6 +11,7 @@ import json
 import ssl
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -66,7 +67,11 @@ class LiveSession:
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._send_lock = threading.Lock()
-        self.url = relay_url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/") + "/v1/live"
+        # the relays to keep the session with, in order of preference: this one, then the others of its
+        # cluster as GET /v1/relays names them (learned on each connection); a relay that fails is left for
+        # the next, so a node stays live when its relay dies
+        self.relays: list[str] = [relay_url.rstrip("/")]
+        self.relay_url = self.relays[0]
         self.signer = signer
         self.acks = 0
         self.links = 0
@@ -82,13 +87,40 @@ class LiveSession:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    @property
+    def url(self) -> str:
+        return self.relay_url.replace("http://", "ws://").replace("https://", "wss://") + "/v1/live"
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self._session()
-            except (OSError, WebSocketException) as exc:
-                self.errors.append({"type": "error", "code": "connection", "detail": str(exc)})
+            except (OSError, WebSocketException, ValueError, KeyError) as exc:
+                self.errors.append({"type": "error", "code": "connection", "detail": f"{self.relay_url}: {exc}"})
+                self._next_relay()
             self._stop.wait(2.0)  # reconnect after a pause
+
+    def _next_relay(self) -> None:
+        """After a failure: the next relay of the cluster (the home relay again after the last)."""
+        if len(self.relays) > 1:
+            failed = self.relay_url
+            self.relay_url = self.relays[(self.relays.index(failed) + 1) % len(self.relays)]
+            if self.say is not None:
+                self.say(f"relay {failed} unreachable; keeping the session with {self.relay_url}")
+
+    def _learn_relays(self) -> None:
+        """The other relays of the connected relay's cluster, with their URLs (best effort)."""
+        try:
+            with urllib.request.urlopen(self.relay_url + "/v1/relays", timeout=5, context=self.ssl_context) as r:
+                rows = json.loads(r.read())["relays"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        known = list(self.relays)
+        for row in rows:
+            url = row.get("url") if isinstance(row, dict) else None
+            if isinstance(url, str) and url.startswith(("http://", "https://")) and url.rstrip("/") not in known:
+                known.append(url.rstrip("/"))
+        self.relays = known
 
     def _cosign(self, ws: Any, sample: Any, relay_id: str) -> None:
         """Signs the relay's measurement of this node's link after checking it describes that link."""
@@ -254,6 +286,7 @@ class LiveSession:
         with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22, **self.connect_options) as ws:
             self._ws = ws
             welcome = json.loads(ws.recv(timeout=10))
+            self._learn_relays()
             if self.reactor_wasm is not None:
                 self._send(ws, {"type": "hello", "answers": self.answers})
             interval = float(welcome["heartbeat_interval_s"])

@@ -204,3 +204,37 @@ def test_a_browser_is_measured_by_the_landmarks_too(
     assert "measured by 2 other relay(s)" in page.locator("#landmarks").inner_text()
     wanted = {pair(node_id, k.node_id) for k in keys}
     until("every relay holds the browser's three edges", 30, lambda: all(wanted <= set(edges(r)) for r in relays))
+
+
+def test_sessions_move_to_another_relay_when_theirs_dies(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]]) -> None:
+    """Relay A is killed (SIGKILL) under three live sessions: each moves to a relay of the cluster that A's
+    /v1/relays named (B or C measures it: its own edge to the node appears), the profiles A acknowledged are
+    on the others, and the nodes are online there within a minute."""
+    _, relays, keys = cluster
+    for r in relays:
+        r.start()
+    a = relays[0]
+    until("A lists the others' URLs", 20, lambda: len(a.get("/v1/relays")[1]["relays"]) == 3
+          and all(row["url"] for row in a.get("/v1/relays")[1]["relays"]))
+    nodes = [register(a) for _ in range(3)]
+    sessions = [LiveSession(a.url, k).start() for k in nodes]
+    try:
+        until("live on A", 20, lambda: all(s.acks > 0 for s in sessions))
+        assert all(len(s.relays) == 3 for s in sessions), [s.relays for s in sessions]
+        assert a.proc is not None
+        a.proc.kill()  # no goodbye: the sessions find out by the connection dropping
+        a.proc.wait(timeout=10)
+        others = relays[1:]
+        started = time.monotonic()
+
+        def moved() -> bool:
+            return all(any(pair(k.node_id, keys[i].node_id) in edges(r) for i, r in enumerate(relays) if i)
+                       and any(node_online(r, k) for r in others) for k in nodes)
+
+        until("every session measured and online on another relay", 60, moved)
+        print(f"sessions moved in {time.monotonic() - started:.1f} s: {[s.relay_url for s in sessions]}")
+        assert all(s.relay_url != a.url for s in sessions)
+    finally:
+        for s in sessions:
+            s.stop()
