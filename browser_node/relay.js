@@ -48,9 +48,21 @@ export async function relaySigned(sample, py) {
 
 // answerer (browser_node/challenge.js), when given, answers the relay's challenges while the tab is visible;
 // a hidden tab says so (hello without answers) and is not challenged: no heavy work in the background.
+// The session stays with the relay that served the page while it answers; when it drops, the next relay of
+// the cluster (GET /v1/relays, learned on each connection) takes it, so a phone stays live when its relay dies.
 export function liveSession(nodeId, key, py, onEvent, answerer = null) {
-  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/live`;
-  let ws, seq = 0, timer = null, stopped = false;
+  const relays = [`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`];
+  let current = 0, ws, seq = 0, timer = null, stopped = false;
+  const learn = async () => {
+    try {
+      for (const r of (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || []) {
+        if (r.self || typeof r.url !== "string" || !/^https?:\/\//.test(r.url)) continue;
+        if (location.protocol === "https:" && r.url.startsWith("http:")) continue; // mixed content: not allowed
+        const url = r.url.replace(/^http/, "ws").replace(/\/$/, "");
+        if (!relays.includes(url)) relays.push(url);
+      }
+    } catch { /* the page's relay is away: keep what is known */ }
+  };
   const hello = () => {
     if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : ["sgemm", "llm"] }));
   };
@@ -64,7 +76,8 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
   };
   document.addEventListener("visibilitychange", hello);
   const connect = () => {
-    ws = new WebSocket(url);
+    ws = new WebSocket(`${relays[current]}/v1/live`);
+    window.ceLiveRelay = relays[current]; // (tests read where the session is)
     ws.binaryType = "arraybuffer";
     ws.onmessage = async (event) => {
       if (typeof event.data !== "string") { // the relay's bandwidth probe: acknowledge at once
@@ -73,6 +86,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
       }
       const m = JSON.parse(event.data);
       if (m.type === "welcome") {
+        learn();
         const beat = async () => {
           const body = { node_id: nodeId, session: m.session, seq: seq++, sent_at: Math.floor(Date.now() / 1000) };
           const sig = b64url(await key.sign(unhex(py.message("Heartbeat", body))));
@@ -95,7 +109,14 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
       }
       onEvent(m);
     };
-    ws.onclose = () => { clearInterval(timer); if (!stopped) setTimeout(connect, 3000); onEvent({ type: "closed" }); };
+    ws.onclose = () => {
+      clearInterval(timer);
+      if (!stopped) {
+        current = (current + 1) % relays.length; // the next relay of the cluster (the same one if alone)
+        setTimeout(connect, 3000);
+      }
+      onEvent({ type: "closed" });
+    };
   };
   connect();
   return {

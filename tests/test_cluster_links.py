@@ -188,7 +188,8 @@ def test_a_browser_is_measured_by_the_landmarks_too(
         page: Any, cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], artifacts: Any) -> None:
     """Phones as much as servers: the join page served by relay B, once joined, asks A and C for landmark
     probes (WS /v1/probe from the page, the samples co-signed with its WebCrypto key); every relay then
-    holds the browser's edges to all three relays."""
+    holds the browser's edges to all three relays. When B dies, the page's live session moves to A or C
+    (a fresh edge measured there by its pings)."""
     from host_runner.landmarks import landmarks
     from tests.test_browser import join
 
@@ -204,6 +205,18 @@ def test_a_browser_is_measured_by_the_landmarks_too(
     assert "measured by 2 other relay(s)" in page.locator("#landmarks").inner_text()
     wanted = {pair(node_id, k.node_id) for k in keys}
     until("every relay holds the browser's three edges", 30, lambda: all(wanted <= set(edges(r)) for r in relays))
+
+    def measured_at(i: int) -> int:
+        return int(edges(relays[i]).get(pair(node_id, keys[i].node_id), {}).get("measured_at", 0))
+
+    before = {i: measured_at(i) for i in (0, 2)}
+    assert b.proc is not None
+    b.proc.kill()
+    b.proc.wait(timeout=10)
+    until("the page's session on A or C (a fresh edge measured there)", 60,
+          lambda: any(measured_at(i) > before[i] for i in (0, 2)))
+    where = page.evaluate("() => window.ceLiveRelay")
+    assert where in {r.url.replace("http://", "ws://") for r in (relays[0], relays[2])}, where
 
 
 def test_sessions_move_to_another_relay_when_theirs_dies(
