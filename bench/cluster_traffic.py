@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.kernels_paired import cpu_model  # noqa: E402
 from bench.relay_sessions import Stats, register_nodes, session  # noqa: E402
-from common.keys import load_or_create  # noqa: E402
+from common.keys import NodeKey, load_or_create  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 
@@ -45,11 +45,10 @@ def online(url: str, node_id: str) -> bool:
         return bool(json.loads(resp.read())["status"]["online"])
 
 
-async def measure(nats_url: str, a: RelayProcess, b: RelayProcess, sessions: int, hold_s: float) -> None:
+async def measure(nats_url: str, a: RelayProcess, b: RelayProcess, keys: list[NodeKey], hold_s: float) -> None:
     import nats
 
-    pairs, _ = register_nodes(a, sessions + 1)
-    keys = [k for k, _ in pairs]
+    sessions = len(keys) - 1
     stats, stop = Stats(), asyncio.Event()
     url = a.url.replace("http://", "ws://") + "/v1/live"
     tasks = []
@@ -107,7 +106,8 @@ def main() -> None:
             relays = [RelayProcess(root / f"r{i}", *common, "--nats", nats_server.url,
                                    "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]
             try:
-                asyncio.run(measure(nats_server.url, relays[0], relays[1], args.sessions, args.hold_s))
+                pairs, _ = register_nodes(relays[0], args.sessions + 1)
+                asyncio.run(measure(nats_server.url, relays[0], relays[1], [k for k, _ in pairs], args.hold_s))
             finally:
                 for r in relays:
                     r.stop()

@@ -5,6 +5,7 @@ import { probeGpu } from "./gpu.js";
 import { b64url, hex, nodeKey, unhex } from "./keys.js";
 import { loadCapsulePython } from "./python.js";
 import { challengeAnswerer } from "./challenge.js";
+import { gpuChallengeAnswerer } from "./gpu-challenge.js";
 import { probeLandmarks } from "./landmarks.js";
 import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
 import { call, probeWorkerPool } from "./workers.js";
@@ -220,7 +221,7 @@ async function join() {
       if (m.type === "challenge_result" && !m.passed) $("live").textContent = `relay challenge failed: ${m.code} ${m.detail}`;
       if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
       if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
-    }, challengeAnswerer(module));
+    }, challengeAnswerer(module), result.profile.gpus.length && navigator.gpu ? gpuChallengeAnswerer("/shaders/") : null);
     probeLandmarks(nodeId, key, py, (line) => { $("landmarks").textContent = line; });
   } catch (err) {
     setStatus(`stopped: ${err.message}`, "error");

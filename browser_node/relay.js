@@ -50,9 +50,10 @@ export async function relaySigned(sample, py) {
 // a hidden tab says so (hello without answers) and is not challenged: no heavy work in the background.
 // The session stays with the relay that served the page while it answers; when it drops, the next relay of
 // the cluster (GET /v1/relays, learned on each connection) takes it, so a phone stays live when its relay dies.
-export function liveSession(nodeId, key, py, onEvent, answerer = null) {
+// gpuAnswerer (browser_node/gpu-challenge.js), when given, answers GPU challenges at roll calls (kind "gpu").
+export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswerer = null) {
   const relays = [`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`];
-  let current = 0, ws, seq = 0, timer = null, stopped = false;
+  let current = 0, ws, seq = 0, timer = null, stopped = false, opener = null; // opener: who committed last
   const learn = async () => {
     try {
       for (const r of (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || []) {
@@ -64,7 +65,8 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
     } catch { /* the page's relay is away: keep what is known */ }
   };
   const hello = () => {
-    if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : ["sgemm", "llm"] }));
+    const kinds = ["sgemm", "llm", ...(gpuAnswerer ? ["gpu"] : [])];
+    if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : kinds }));
   };
   const answer = async (work) => {
     try {
@@ -96,8 +98,13 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
         await beat();
         timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
-      else if (m.type === "challenge" && answerer && !document.hidden) answer(() => answerer.commit(m));
-      else if (m.type === "open" && answerer) answer(() => answerer.open(m));
+      else if (m.type === "challenge" && m.kind === "gpu" && gpuAnswerer && !document.hidden) {
+        opener = gpuAnswerer;
+        answer(() => gpuAnswerer.commit(m));
+      } else if (m.type === "challenge" && m.kind !== "gpu" && answerer && !document.hidden) {
+        opener = answerer;
+        answer(() => answerer.commit(m));
+      } else if (m.type === "open" && opener) answer(() => opener.open(m));
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
         const s = m.sample || {};
@@ -124,6 +131,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null) {
       stopped = true; clearInterval(timer); ws.close();
       document.removeEventListener("visibilitychange", hello);
       if (answerer) answerer.stop();
+      if (gpuAnswerer) gpuAnswerer.stop();
     },
   };
 }

@@ -86,10 +86,14 @@ class VivaldiNode:
         samples.append(rtt_ms)
         return sorted(samples)[len(samples) // 2]  # as Serf: the upper median
 
-    def update(self, peer: str, other: Coordinate, rtt_ms: float) -> Coordinate:
-        """Moves this coordinate given a measured RTT to `peer` at coordinate `other`."""
+    def update(self, peer: str, other: Coordinate, rtt_ms: float, trust: float = 1.0) -> Coordinate:
+        """Moves this coordinate given a measured RTT to `peer` at coordinate `other`. `trust` in [0, 1]
+        scales the sample's weight (fabric/defence.py down-weights samples that look like lies); at 1, the
+        default, the update is Serf's."""
         if not math.isfinite(rtt_ms) or rtt_ms < 0 or rtt_ms > self.config.rtt_max_ms:
             raise CoordinateError(f"rtt_ms must be finite and in [0, {self.config.rtt_max_ms:g}], got {rtt_ms}")
+        if not 0.0 <= trust <= 1.0:
+            raise CoordinateError(f"trust must be in [0, 1], got {trust}")
         if not other.is_valid() or len(other.vec) != self.config.dimensionality:
             raise CoordinateError("the peer's coordinate is not finite or has the wrong dimensionality")
         rtt = max(self._filtered(peer, rtt_ms), ZERO)
@@ -98,12 +102,12 @@ class VivaldiNode:
         dist = c.distance(other)
         wrongness = abs(dist - rtt) / rtt
         total_error = max(c.error + other.error, ZERO_ERROR)
-        weight = c.error / total_error
+        weight = trust * c.error / total_error
         c.error = min(cfg.ce * weight * wrongness + c.error * (1.0 - cfg.ce * weight), cfg.error_max)
         c.apply_force(cfg, cfg.cc * weight * (rtt - dist), other, self._rng)
         # adjustment: the mean residual over a window, halved (each side takes half)
         if cfg.adjustment_window:
-            self._adjustments[self._adjust_index] = rtt - c.raw_distance(other)
+            self._adjustments[self._adjust_index] = trust * (rtt - c.raw_distance(other))
             self._adjust_index = (self._adjust_index + 1) % cfg.adjustment_window
             c.adjustment = sum(self._adjustments) / (2.0 * cfg.adjustment_window)
         # gravity towards the origin

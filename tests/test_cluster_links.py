@@ -29,7 +29,7 @@ OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--i
 def browser_type_launch_args() -> dict[str, Any]:
     from tests.test_browser import CHROMIUM, FLAGS
 
-    return {"executable_path": CHROMIUM, "args": FLAGS}
+    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}  # as tests/test_browser.py
 
 
 @pytest.fixture()

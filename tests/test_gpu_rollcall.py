@@ -26,7 +26,7 @@ from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
-from tests.test_proven import challenges, node, stats, until
+from tests.test_proven import Identity, challenges, node, stats, until
 from web.challenges import check_opened, on_commit, parse_opening
 from web.config import RelayConfig
 from web.gpu_challenges import new_gpu_challenge
@@ -78,7 +78,7 @@ def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float 
     return key
 
 
-def gpu_answers(relay: RelayProcess, key: NodeKey) -> list[dict[str, Any]]:
+def gpu_answers(relay: RelayProcess, key: Identity) -> list[dict[str, Any]]:
     """The node's GPU challenges at roll calls, as its history keeps them."""
     return [e for e in challenges(relay, key) if e["kind"] == "gpu" and e["roll_call"]]
 
@@ -178,12 +178,12 @@ def test_counted_gpus_are_the_fp32_claim_capped_at_what_was_shown() -> None:
     config = RelayConfig()
     proof = Proof("r", gflops=50.0, instances=2, gpu_tflops=12.0, gpus=2)
     c = counted(proof, 40.0, 2, None, config, claimed_gpu_tflops=10.0, claimed_gpus=2)
-    assert (c.gpus, c.gpu_mtflops) == (2, 10_000)
+    assert (c.gpus, c.gpu_utflops) == (2, 10_000_000)
     c = counted(proof, 40.0, 2, None, config, claimed_gpu_tflops=30.0, claimed_gpus=4)  # overstated: what was shown
-    assert (c.gpus, c.gpu_mtflops) == (2, 12_000)
+    assert (c.gpus, c.gpu_utflops) == (2, 12_000_000)
     assert counted(proof, 40.0, 2, None, config).gpus == 0  # no GPU claim: no GPU counted
     none = Proof("r", gflops=50.0, instances=2)  # the GPU phase showed nothing
-    assert counted(none, 40.0, 2, None, config, 10.0, 2).gpu_mtflops == 0
+    assert counted(none, 40.0, 2, None, config, 10.0, 2).gpu_utflops == 0
     assert counted(Proof("r", gpu_tflops=12.0, gpus=2), 40.0, 2, None, config, 10.0, 2) == Contribution()
 
 
@@ -211,3 +211,42 @@ def test_a_gpu_transcript_is_rechecked_by_peers(ctx: GpuContext) -> None:
     with pytest.raises(TranscriptError) as err:
         check_transcript(altered, random.Random(4), config)
     assert err.value.code == "wrong_transcript"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args() -> dict[str, Any]:
+    from tests.test_browser import CHROMIUM, FLAGS
+
+    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}  # as tests/test_browser.py
+
+
+def test_a_browser_answers_the_gpu_phase_of_roll_calls(page: Any, relay: RelayProcess, artifacts: Any) -> None:
+    """The join page with WebGPU (SwiftShader here) says hello with "gpu" and answers the GPU phase of roll
+    calls with browser_node/gpu-challenge.js: its answers pass the relay's checks (roots, proofs, recomputed
+    entries) at two roll calls; whatever counts is at most its fp32 claim. (Whether a software GPU beside
+    the suite's other work meets the common deadline is timing: counted or after_deadline, both printed.)"""
+    from tests.test_browser import join
+
+    profile = join(page, relay)
+    claim = profile["gpus"][0]["fp32_tflops"]
+    assert claim > 0  # the precondition: the page measured a GPU and claims it
+
+    class Key:
+        node_id = profile["node_id"]
+
+    def answered() -> list[dict[str, Any]]:
+        done = [e for e in gpu_answers(relay, Key) if e["passed"]]
+        return done if len({e["roll_call"] for e in done}) >= 2 else []
+
+    try:
+        done = until("the page's GPU answers passed at two roll calls", 150, answered)
+    except AssertionError:
+        history = [(e["kind"], e.get("code"), e.get("roll_call")) for e in challenges(relay, Key)]
+        raise AssertionError(f"{history[-12:]}; page: {page.locator('#live').inner_text()}") from None
+    body = node(relay, Key)["trust"]
+    calls = relay.get("/v1/roll-calls?limit=50")[1]["roll_calls"]
+    codes = [c["gpu"]["failure_codes"] or ["counted"] for c in calls if c["id"] in {e["roll_call"] for e in done}]
+    print(f"browser GPU claim {claim} TFLOP/s; observed {[e['observed_tflops'] for e in done]}; verdicts "
+          f"{codes}; counted {body['counted']['gpu_tflops']} TFLOP/s")
+    assert all(e["observed_tflops"] > 0 for e in done)
+    assert body["counted"]["gpu_tflops"] <= claim + 1e-6

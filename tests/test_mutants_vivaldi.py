@@ -243,9 +243,9 @@ def test_each_endpoint_moves_against_the_others_coordinate_from_before_the_sampl
     calls: list[tuple[int, Coordinate, Coordinate]] = []
 
     class Recording(VivaldiNode):
-        def update(self, peer: str, other: Coordinate, rtt_ms: float) -> Coordinate:
+        def update(self, peer: str, other: Coordinate, rtt_ms: float, trust: float = 1.0) -> Coordinate:
             calls.append((id(self), copy(self.coord), copy(other)))
-            return super().update(peer, other, rtt_ms)
+            return super().update(peer, other, rtt_ms, trust)
 
     monkeypatch.setattr(vivaldi, "VivaldiNode", Recording)
     links: list[dict[str, object]] = [{"a": "x", "b": "y", "rtt_ms": 20.0}, {"a": "y", "b": "z", "rtt_ms": 30.0}]

@@ -114,12 +114,15 @@ def test_the_atlas_keeps_a_typed_summary_of_each_profile() -> None:
     # unsigned edit: the summary reads, not verifies
     profile["evidence"]["cpu"]["gflops_fp32"] = {"n": 1024, "instances": [{"seed": "a"}, {"seed": "b"}, {"seed": "c"}]}
     summary = ProfileSummary.of_profile(profile)
-    assert summary.contribution == Contribution(cores=2, cpu_mgflops=64_500, gpus=1, gpu_vram_mb=0, gpu_mtflops=2,
+    assert summary.contribution == Contribution(cores=2, cpu_mgflops=64_500, gpus=1, gpu_vram_mb=0, gpu_utflops=2_000,
                                                 mtokens_per_sec=120_000, storage_free_gb=80)
     assert (summary.claimed_gflops, summary.instances, summary.sgemm_n, summary.claimed_tps) == (64.5, 3, 1024, 120.0)
     assert summary.figures() == {"measured_at": profile["measured_at"], "cpu_gflops": 64.5, "mem_bw_gbps": 29.25,
                                  "tokens_per_sec": 120.0, "gpu_fp16_tflops": 0.002, "storage_read_mbps": 1700.0}
     assert ProfileSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+    older = json.loads(json.dumps(summary.to_json()))  # stored before GPU TFLOP/s were micro-units
+    older["contribution"]["gpu_mtflops"] = older["contribution"].pop("gpu_utflops") // 1000
+    assert ProfileSummary.from_json(older) == summary
     # evidence is an open object: an odd shape there yields no SGEMM order, never an error
     profile["evidence"]["cpu"] = ["not", "an", "object"]
     odd = ProfileSummary.of_profile(profile)

@@ -36,7 +36,7 @@ from web.challenges import (
 from web.live import LiveError
 from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted
-from web.stats import Contribution
+from web.stats import MICRO, Contribution
 from web.store import Store
 from web.transcripts import TranscriptError, check_transcript, transcript_body
 from web.trust import Trust
@@ -114,7 +114,7 @@ class ChallengeDesk:
         verified = entry.verified if entry is not None else Contribution()
         body["counted"] = {"cpu_gflops": verified.cpu_mgflops / 1000, "cpu_cores": verified.cores,
                            "tokens_per_sec": verified.mtokens_per_sec / 1000, "gpus": verified.gpus,
-                           "gpu_tflops": verified.gpu_mtflops / 1000,
+                           "gpu_tflops": verified.gpu_utflops / MICRO,
                            "roll_call": proof.roll_call if proof else None,
                            "method": "what the latest roll call proved (every live session challenged at one "
                                      "moment), capped at the claim; nothing while not answering; gpu_tflops is "

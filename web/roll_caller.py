@@ -17,6 +17,7 @@ from capsule.challenge import LLM_PROMPT
 from web.challenges import Challenge, new_challenge, new_llm_challenge
 from web.gpu_challenges import new_gpu_challenge
 from web.rollcall import Proof, RollCall, due, on_time, shown
+from web.stats import MICRO
 from web.store import Store
 
 if TYPE_CHECKING:
@@ -288,7 +289,7 @@ class RollCaller:
         return {"nodes": sum(1 for r in rows if r.cpu_mgflops), "cpu_cores": sum(r.cores for r in rows),
                 "cpu_gflops": sum(r.cpu_mgflops for r in rows) / 1000,
                 "tokens_per_sec": sum(r.mtokens_per_sec for r in rows) / 1000, "gpus": sum(r.gpus for r in rows),
-                "gpu_tflops": sum(r.gpu_mtflops for r in rows) / 1000}
+                "gpu_tflops": sum(r.gpu_utflops for r in rows) / MICRO}
 
     def page(self, limit: int, before: float | None) -> list[dict[str, Any]]:
         """Roll calls, latest first (this run's with live totals for the latest, then earlier runs')."""

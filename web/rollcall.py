@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from web.config import RelayConfig
-from web.stats import MILLI, Contribution
+from web.stats import MICRO, MILLI, Contribution
 
 
 def draw(beacon_value: str) -> float:
@@ -102,7 +102,7 @@ def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, clai
     gpu_tflops = min(claimed_gpu_tflops or 0.0, proof.gpu_tflops)
     gpus = min(proof.gpus, max(claimed_gpus, 0)) if gpu_tflops > 0 else 0
     return Contribution(cores=max(cores, 0), cpu_mgflops=round(gflops * MILLI), mtokens_per_sec=round(tps * MILLI),
-                        gpus=gpus, gpu_mtflops=round(gpu_tflops * MILLI) if gpus else 0)
+                        gpus=gpus, gpu_utflops=round(gpu_tflops * MICRO) if gpus else 0)
 
 
 @dataclass

@@ -9,17 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 MILLI = 1000
+MICRO = 1_000_000  # GPU TFLOP/s are summed in micro-TFLOP/s (MFLOP/s): a software GPU shows ~0.0003 TFLOP/s
 
 
 @dataclass(frozen=True)
 class Contribution:
-    """What one live node adds to the scoreboard (integers; float figures in milli-units)."""
+    """What one live node adds to the scoreboard (integers; float figures in milli-units, GPU TFLOP/s in
+    micro-units)."""
 
     cores: int = 0
     cpu_mgflops: int = 0
     gpus: int = 0
     gpu_vram_mb: int = 0
-    gpu_mtflops: int = 0
+    gpu_utflops: int = 0
     mtokens_per_sec: int = 0
     storage_free_gb: int = 0
 
@@ -32,7 +34,7 @@ class FabricStats:
         self._sum = [0] * 7
 
     def _apply(self, c: Contribution, sign: int) -> None:
-        for i, v in enumerate((c.cores, c.cpu_mgflops, c.gpus, c.gpu_vram_mb, c.gpu_mtflops, c.mtokens_per_sec,
+        for i, v in enumerate((c.cores, c.cpu_mgflops, c.gpus, c.gpu_vram_mb, c.gpu_utflops, c.mtokens_per_sec,
                                c.storage_free_gb)):
             self._sum[i] += sign * v
 
@@ -53,8 +55,8 @@ class FabricStats:
         return len(self._live)
 
     def snapshot(self) -> dict[str, Any]:
-        cores, mgflops, gpus, vram, mtflops, mtps, free = self._sum
-        cpu_gflops, gpu_tflops, tps = mgflops / MILLI, mtflops / MILLI, mtps / MILLI
+        cores, mgflops, gpus, vram, utflops, mtps, free = self._sum
+        cpu_gflops, gpu_tflops, tps = mgflops / MILLI, utflops / MICRO, mtps / MILLI
         figures = {"cpu_gflops": cpu_gflops, "gpu_tflops": gpu_tflops, "tokens_per_sec": tps}
         perf = sum(self.weights[k] * figures[k] / self.reference[k] for k in self.weights)
         return {

@@ -12,7 +12,7 @@ from capsule.gpu_challenge import BINDING_DEFAULT
 from capsule.model import NodeProfile
 from capsule.typed import parse
 from web.gpu_challenges import gpu_claim
-from web.stats import MILLI, Contribution
+from web.stats import MICRO, MILLI, Contribution
 
 
 def _milli(value: float | None) -> int:
@@ -72,7 +72,8 @@ class ProfileSummary:
             node_id=record.node_id, measured_at=record.measured_at, sig=record.sig,
             contribution=Contribution(
                 cores=record.cpu.cores, cpu_mgflops=_milli(record.cpu.gflops_fp32), gpus=len(gpus),
-                gpu_vram_mb=sum(g.vram_mb or 0 for g in gpus), gpu_mtflops=sum(_milli(g.fp16_tflops) for g in gpus),
+                gpu_vram_mb=sum(g.vram_mb or 0 for g in gpus),
+                gpu_utflops=sum(round((g.fp16_tflops or 0.0) * MICRO) for g in gpus),
                 mtokens_per_sec=_milli(record.llm.tokens_per_sec), storage_free_gb=record.storage.free_gb or 0),
             gflops_fp32=record.cpu.gflops_fp32, instances=instance_count(record.evidence, record.cpu.cores),
             sgemm_n=sgemm_order(record.evidence), tokens_per_sec=record.llm.tokens_per_sec,
@@ -114,5 +115,9 @@ class ProfileSummary:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> ProfileSummary:
-        """From what to_json wrote into this relay's own store."""
-        return ProfileSummary(**{**data, "contribution": Contribution(**data["contribution"])})
+        """From what to_json wrote into this relay's own store (a summary written before GPU TFLOP/s were
+        summed in micro-units has gpu_mtflops: converted)."""
+        contribution = dict(data["contribution"])
+        if "gpu_mtflops" in contribution:
+            contribution["gpu_utflops"] = contribution.pop("gpu_mtflops") * (MICRO // MILLI)
+        return ProfileSummary(**{**data, "contribution": Contribution(**contribution)})
