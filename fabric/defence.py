@@ -28,6 +28,7 @@ Units: ms for RTTs; residuals are unitless log-ratios (0.1 ~ 10 % off)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import zlib
@@ -199,3 +200,23 @@ class GuardedVivaldi:
             limit = max(d.residual_floor, d.reputation_factor * self._typical_residual)
             self._node_trust = {node: ramp(score, limit) for node, score in scores.items()}
             self._voters = {node for node, score in scores.items() if score <= self._typical_residual}
+
+
+def guarded_coordinates(links: Iterable[dict[str, object]], landmarks: Iterable[str], cycles: int = 200,
+                        seed: int = 0, config: VivaldiConfig = DEFAULT,
+                        seed_of: Callable[[str], int] | None = None) -> dict[str, Coordinate]:
+    """Coordinates for every endpoint of a set of LinkSamples through GuardedVivaldi: the samples replayed
+    in a seeded random order `cycles` times (as fabric.vivaldi.coordinates_from_links does without the
+    defence), so the same samples give the same coordinates in every process (a relay cluster's refits)."""
+    import random
+
+    rng = random.Random(seed)
+    guarded = GuardedVivaldi(landmarks, config, seed_of)
+    order = list(links)
+    for _ in range(cycles):
+        rng.shuffle(order)
+        for link in order:
+            # a sample a coordinate cannot take (a non-finite result) is skipped: the others still count
+            with contextlib.suppress(CoordinateError):
+                guarded.add(str(link["a"]), str(link["b"]), float(link["rtt_ms"]))  # type: ignore[arg-type]
+    return guarded.coordinates()

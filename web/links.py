@@ -22,8 +22,9 @@ import time
 from typing import Any
 
 from capsule.model import LinkSample
+from fabric.defence import guarded_coordinates
 from fabric.graph import FabricMap
-from fabric.vivaldi import Coordinate, CoordinateError, VivaldiNode, coordinates_from_links
+from fabric.vivaldi import Coordinate, CoordinateError, VivaldiNode
 from web.config import RelayConfig
 from web.problems import Problem
 
@@ -160,7 +161,8 @@ class LinkBook:
                 self.unconfirmed.add(_key(sample["a"], sample["b"]))
         budget = self.config.link_refit_updates
         cycles = max(1, min(REFIT_CYCLES, budget // max(1, len(confirmed))))
-        coords = coordinates_from_links(confirmed, cycles=cycles, seed=0)
+        # the landmarks (this relay and its peers) anchor the fit against lying nodes (fabric/defence.py)
+        coords = guarded_coordinates(confirmed, self.landmarks, cycles=cycles, seed=0, seed_of=coordinate_seed)
         for node_id in {s["a"] for s in ordered} | {s["b"] for s in ordered}:
             node = self._node(node_id)
             node.coord = coords.get(node_id) or VivaldiNode(seed=coordinate_seed(node_id)).coord
