@@ -107,3 +107,21 @@ def test_a_view_is_the_truth_or_stale_whatever_is_lost(seed: int, loss: float) -
         assert held in (set(live), set()), (step, held, set(live))
         if body["full"]:
             assert held == set(live)
+
+
+def test_full_digests_every_nth_interval_and_what_a_view_keeps() -> None:
+    w = DigestWriter(RELAY.node_id, full_every=4, epoch=1, url="http://127.0.0.1:8001")
+    fulls = [d is not None and d["full"] for d in (w.next({}, 1000.0 + i) for i in range(9))]
+    assert fulls == [True, False, False, False, True, False, False, False, True]
+    b = book()
+    first = DigestWriter(RELAY.node_id, 4, epoch=2, url="http://127.0.0.1:8001")
+    assert b.apply(signed(first.next({NODES[0]: 1}, 1000.0) or {}), 1000.5) == ("applied", [NODES[0]])
+    view = b.views[RELAY.node_id]
+    assert (view.url, view.heard_at, view.live) == ("http://127.0.0.1:8001", 1000.5, {NODES[0]: 1})
+    again = DigestWriter(RELAY.node_id, 4, epoch=3).next({NODES[0]: 1, NODES[1]: 2}, 1001.0) or {}
+    assert b.apply(signed(again), 1001.0) == ("applied", [NODES[1]])  # only who was not live there before
+    gone = {"v": 1, "relay": RELAY.node_id, "epoch": 3, "seq": 1, "at": 1001, "full": False, "added": [],
+            "removed": [NODES[5]], "url": None}  # a node the view never held: nothing breaks
+    assert b.apply(signed(gone), 1001.0) == ("applied", [])
+    edge = DigestWriter(RELAY.node_id, 4, epoch=4).next({}, 1000.0) or {}
+    assert b.apply(signed(edge), 1000.0 + 130.0)[0] == "applied"  # exactly max_age_s old: still taken

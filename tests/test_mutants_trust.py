@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -161,3 +162,55 @@ def test_state_survives_json_and_ignores_fields_it_does_not_know() -> None:
     back = Trust.from_state({**state, "a_field_of_a_later_version": 1})
     assert back == t
     assert back.judge(50.0, 151.0, C) == t.judge(50.0, 151.0, C)
+
+
+def test_to_json_rounds_each_figure_to_its_own_precision_and_says_how_it_was_measured() -> None:
+    t = Trust(decayed_at=0.0)
+    for v, tps, gpu in ((12.34567, 101.23456, 0.00123456789), (23.45678, 202.34567, 0.00234567891)):
+        t.record(True, "passed", v, 1.0, C, observed_tps=tps, observed_gpu_tflops=gpu)
+    obs = t.to_json(20.0, 1.0, C)["observed"]
+    assert (obs["gflops_fp32"], obs["gflops_fp32_median"]) == (23.457, round((12.34567 + 23.45678) / 2, 3))
+    assert (obs["tokens_per_sec"], obs["tokens_per_sec_median"]) == (202.346, round((101.23456 + 202.34567) / 2, 3))
+    gpu_median = round((0.00123456789 + 0.00234567891) / 2, 6)
+    assert (obs["gpu_tflops_fp32"], obs["gpu_tflops_fp32_median"]) == (0.002346, gpu_median)
+    method = obs["method"]
+    assert method.startswith(f"best and median of the last {C.trust_observed_kept} challenges: 2 n^3 x instances flop")
+    assert "(commitment received - challenge sent - the session's median RTT" in method
+    assert "tokens/s likewise: (32 prompt + decode) forward passes of the reference model" in method
+    assert method.endswith("GPU TFLOP/s likewise: 2 n^3 x instances flop of the GPU challenge (the probe's fp32 WGSL "
+                           "matmul)")
+    assert set(t.to_json(20.0, 1.0, C)) == {"status", "reason", "score", "observed", "challenges"}
+    empty = Trust().to_json(None, 0.0, C)["observed"]["tokens_per_sec_reason"]
+    assert empty == "no reference-model challenge answered yet (only clients that offer 'llm' get them)"
+
+
+def test_to_json_judges_every_claim_it_is_given() -> None:
+    t = verified(observed=50.0)
+    t.record(True, "passed", 50.0, 100.0, C, observed_tps=10.0, observed_gpu_tflops=0.1)
+    t.record(True, "passed", 50.0, 100.0, C, observed_tps=10.0, observed_gpu_tflops=0.1)
+    assert t.to_json(50.0, 100.0, C, claimed_tps=1000.0)["status"] == "flagged"
+    assert t.to_json(50.0, 100.0, C, claimed_gpu_tflops=10.0)["status"] == "flagged"
+    assert t.to_json(50.0, 100.0, C)["reason"].startswith("the claim is within")
+
+
+def test_the_flag_names_its_end_in_utc_and_counts_every_failure() -> None:
+    t = verified()
+    t.record(False, "wrong_rows", None, 0.0, C)
+    t.record(False, "late", None, 1.0, C)
+    assert t.failures_total == 2 and t.tokens_checked == 0  # tokens are counted only when the relay says so
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(C.trust_flag_hold_s))
+    assert t.judge(50.0, 2.0, C)[1] == f"a wrong answer (wrong_rows); flagged until {until}"
+
+
+def test_a_failure_weight_exactly_at_the_threshold_flags() -> None:
+    config = RelayConfig(trust_soft_failure_weight=0.5, trust_flag_failures=1.0)
+    t = Trust(decayed_at=0.0)
+    t.record(False, "late", None, 5.0, config)
+    t.record(False, "late", None, 5.0, config)
+    assert t.failed == 1.0 and t.judge(50.0, 5.0, config)[0] == "flagged"
+
+
+def test_score_keeps_three_decimals() -> None:
+    t = Trust(decayed_at=0.0)
+    t.record(True, "passed", 50.0, 0.0, C)
+    assert t.score(1234.5, C) == round(0.5 ** (1234.5 / H), 3) != round(0.5 ** (1234.5 / H), 4)

@@ -144,3 +144,28 @@ def test_a_tiny_claim_still_asks_each_instance_for_the_core_floor() -> None:
     assert math.isclose(new_challenge("n", 2.0, 1, 128, BEACON, "00" * 16, 0.0, 0.0, CONFIG, 2.0).reps
                         / new_challenge("n", 2.0, 1, 128, BEACON, "00" * 16, 0.0, 0.0, CONFIG, 0.5).reps, 4,
                         rel_tol=0.05)
+
+
+def test_a_roll_call_as_the_relay_lists_it() -> None:
+    """GET /v1/roll-calls rows (RollCall.to_json): counts, sorted distinct failure codes, times and spreads
+    rounded, each phase in its own block, the proven totals as given."""
+    from web.rollcall import RollCall
+
+    call = RollCall("42-abcdefgh", 42, 1000.12345, challenged={"a", "b", "c"}, answered={"a"},
+                    failed={"b": "late", "c": "after_deadline", "d": "late"}, send_spread_ms=1.23456,
+                    llm_at=1003.98765, llm_challenged={"a", "b"}, llm_answered={"a"}, llm_failed={"b": "wrong_tokens"},
+                    llm_send_spread_ms=0.12345, gpu_at=1007.55555, gpu_challenged={"a"}, gpu_answered=set(),
+                    gpu_failed={"a": "after_deadline"}, gpu_send_spread_ms=0.0004,
+                    proven={"nodes": 1, "cpu_gflops": 12.5})
+    assert call.to_json() == {
+        "id": "42-abcdefgh", "beacon_round": 42, "at": 1000.123, "sessions_challenged": 3, "answered": 1,
+        "failed": 3, "failure_codes": ["after_deadline", "late"], "send_spread_ms": 1.235,
+        "llm": {"at": 1003.988, "challenged": 2, "answered": 1, "failed": 1, "failure_codes": ["wrong_tokens"],
+                "send_spread_ms": 0.123},
+        "gpu": {"at": 1007.556, "challenged": 1, "answered": 0, "failed": 1, "failure_codes": ["after_deadline"],
+                "send_spread_ms": 0.0},
+        "proven": {"nodes": 1, "cpu_gflops": 12.5}}
+    empty = RollCall("1-x", 1, 5.0).to_json()
+    assert empty["send_spread_ms"] is None and empty["llm"] == {
+        "at": None, "challenged": 0, "answered": 0, "failed": 0, "failure_codes": [], "send_spread_ms": None}
+    assert empty["gpu"]["at"] is None and empty["gpu"]["send_spread_ms"] is None and empty["proven"] == {}
