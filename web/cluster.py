@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import nats
@@ -95,14 +96,22 @@ class Cluster:
         self.kv = self.kv_links = None
         self._catch_up_needed.set()
 
+    async def _kv(self, name: str) -> Any:
+        js = self.nc.jetstream(timeout=5)
+        try:
+            return await js.key_value(name)
+        except JetStreamError:
+            return await js.create_key_value(bucket=name, history=1)
+
     async def _bucket(self) -> Any:
         if self.kv is None:
-            js = self.nc.jetstream(timeout=5)
-            try:
-                self.kv = await js.key_value(self.bucket)
-            except JetStreamError:
-                self.kv = await js.create_key_value(bucket=self.bucket, history=1)
+            self.kv = await self._kv(self.bucket)
         return self.kv
+
+    async def _links_bucket(self) -> Any:
+        if self.kv_links is None:
+            self.kv_links = await self._kv(f"{self.bucket}-links")
+        return self.kv_links
 
     async def _sync_loop(self) -> None:
         """Catches up from the bucket when needed and pushes unsynced local profiles, forever."""
@@ -118,34 +127,9 @@ class Cluster:
                 self.kv = None
             await asyncio.sleep(RESYNC_INTERVAL_S)
 
-    async def _links_bucket(self) -> Any:
-        if self.kv_links is None:
-            js = self.nc.jetstream(timeout=5)
-            name = f"{self.bucket}-links"
-            try:
-                self.kv_links = await js.key_value(name)
-            except JetStreamError:
-                self.kv_links = await js.create_key_value(bucket=name, history=1)
-        return self.kv_links
-
-    async def _catch_up(self) -> None:
-        await self._catch_up_profiles()
-        kv = await self._links_bucket()  # after the profiles: a sample needs both endpoints' profiles
-        watcher = await kv.watchall()
-        applied = 0
-        try:
-            while True:
-                entry = await watcher.updates(timeout=10)
-                if entry is None:
-                    break
-                if entry.value:
-                    applied += await self.apply_link(entry.value)
-        finally:
-            await watcher.stop()
-        log.info("caught up link samples from the bucket", extra={"applied": applied})
-
-    async def _catch_up_profiles(self) -> None:
-        kv = await self._bucket()
+    @staticmethod
+    async def _apply_all(kv: Any, apply: Callable[[bytes], Awaitable[int]]) -> int:
+        """Applies every current value of a bucket; how many were taken."""
         watcher = await kv.watchall()
         applied = 0
         try:
@@ -154,10 +138,17 @@ class Cluster:
                 if entry is None:  # the end of the current values
                     break
                 if entry.value:
-                    applied += await self.apply(entry.value)
+                    applied += await apply(entry.value)
         finally:
             await watcher.stop()
+        return applied
+
+    async def _catch_up(self) -> None:
+        applied = await self._apply_all(await self._bucket(), self.apply)
         log.info("caught up from the bucket", extra={"applied": applied})
+        # after the profiles: a sample needs both endpoints' profiles
+        applied = await self._apply_all(await self._links_bucket(), self.apply_link)
+        log.info("caught up link samples from the bucket", extra={"applied": applied})
 
     async def _push_unsynced(self) -> None:
         for node_id, measured_at, body in self.relay.store.unsynced():
