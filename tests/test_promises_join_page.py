@@ -104,8 +104,15 @@ def drops(samples: list[float]) -> bool:
 
 def renderer_pids() -> list[int]:
     """The Chromium renderers this test process started (through Playwright's driver)."""
-    return [p.pid for p in psutil.Process(os.getpid()).children(recursive=True)
-            if "--type=renderer" in " ".join(p.cmdline())]
+    pids = []
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:  # a child may exit (or be an unreaped zombie) between the listing and the read of its command line
+            cmdline = child.cmdline()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if "--type=renderer" in " ".join(cmdline):
+            pids.append(child.pid)
+    return pids
 
 
 # A CPU quota held from outside (as cgroup cpu.max or a deep thermal throttle would): once told (a line on
