@@ -221,7 +221,8 @@ async function join() {
       if (m.type === "challenge_result" && !m.passed) $("live").textContent = `relay challenge failed: ${m.code} ${m.detail}`;
       if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
       if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
-    }, challengeAnswerer(module), result.profile.gpus.length && navigator.gpu ? gpuChallengeAnswerer("/shaders/") : null);
+    }, challengeAnswerer(module), result.profile.gpus.length && navigator.gpu ? gpuChallengeAnswerer("/shaders/") : null,
+    (line) => { $("peers").textContent = line; });
     probeLandmarks(nodeId, key, py, (line) => { $("landmarks").textContent = line; });
   } catch (err) {
     setStatus(`stopped: ${err.message}`, "error");

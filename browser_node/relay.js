@@ -1,6 +1,7 @@
 // Talking to the relay: the beacon, posting the signed profile (kept in localStorage and retried when the
 // relay is unreachable), and the live session (signed heartbeats, answers to RTT pings).
 import { b64url, unhex } from "./keys.js";
+import { peerProber } from "./peer-probe.js";
 
 const OUTBOX = "ce-bench-outbox";
 // A link's physical RTT bounds in ms: capsule/model.py LINK_RTT_MIN_MS / LINK_RTT_MAX_MS (a test holds them equal)
@@ -51,7 +52,9 @@ export async function relaySigned(sample, py) {
 // The session stays with the relay that served the page while it answers; when it drops, the next relay of
 // the cluster (GET /v1/relays, learned on each connection) takes it, so a phone stays live when its relay dies.
 // gpuAnswerer (browser_node/gpu-challenge.js), when given, answers GPU challenges at roll calls (kind "gpu").
-export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswerer = null) {
+// peerReport, when given, takes part in node-to-node probes (browser_node/peer-probe.js) while the tab is
+// visible, and hears one line per probe.
+export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswerer = null, peerReport = null) {
   const relays = [`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`];
   let current = 0, ws, seq = 0, timer = null, stopped = false, opener = null; // opener: who committed last
   const learn = async () => {
@@ -64,10 +67,14 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
       }
     } catch { /* the page's relay is away: keep what is known */ }
   };
+  const send = (message) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message)); };
+  const prober = peerReport && typeof RTCPeerConnection === "function" ? peerProber(nodeId, key, py, send, peerReport) : null;
+  let named = false; // a heartbeat of this connection named the node (peer probes need it)
   const hello = () => {
     const kinds = ["sgemm", "llm", ...(gpuAnswerer ? ["gpu"] : [])];
     if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : kinds }));
   };
+  const peers = () => { if (prober && named) send({ type: "peers", transports: document.hidden ? [] : ["webrtc"] }); };
   const answer = async (work) => {
     try {
       const reply = await work();
@@ -77,6 +84,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
     }
   };
   document.addEventListener("visibilitychange", hello);
+  document.addEventListener("visibilitychange", peers);
   const connect = () => {
     ws = new WebSocket(`${relays[current]}/v1/live`);
     window.ceLiveRelay = relays[current]; // (tests read where the session is)
@@ -94,8 +102,11 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
           const sig = b64url(await key.sign(unhex(py.message("Heartbeat", body))));
           if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "heartbeat", heartbeat: { ...body, sig } }));
         };
+        named = false;
         hello();
         await beat();
+        named = true;
+        peers();
         timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
       else if (m.type === "challenge" && m.kind === "gpu" && gpuAnswerer && !document.hidden) {
@@ -105,6 +116,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         opener = answerer;
         answer(() => answerer.commit(m));
       } else if (m.type === "open" && opener) answer(() => opener.open(m));
+      else if ((m.type === "peer_probe" || m.type === "peer_answer") && prober && !document.hidden) prober.handle(m);
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
         const s = m.sample || {};
@@ -130,6 +142,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
     stop() {
       stopped = true; clearInterval(timer); ws.close();
       document.removeEventListener("visibilitychange", hello);
+      document.removeEventListener("visibilitychange", peers);
       if (answerer) answerer.stop();
       if (gpuAnswerer) gpuAnswerer.stop();
     },

@@ -26,6 +26,7 @@ from host_runner.wasm import CapsuleError
 
 if TYPE_CHECKING:
     from host_runner.gpu_answer import GpuAnswer, GpuContext
+    from host_runner.peer_probe import PeerProber
 
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
 LlmAnswer = Callable[[ReactorPool, int, int], str]
@@ -51,7 +52,8 @@ class LiveSession:
                  reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer,
                  llm: LlmAnswer = llm_answer, connect_options: dict[str, Any] | None = None,
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
-                 gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer) -> None:
+                 gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
+                 peer_probes: bool = False) -> None:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
@@ -78,6 +80,12 @@ class LiveSession:
         self.errors: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-session", daemon=True)
+        # node-to-node probes the relay brokers (host_runner/peer_probe.py; aiortc), when taking part
+        self.peers: PeerProber | None = None
+        if peer_probes:
+            from host_runner.peer_probe import PeerProber
+
+            self.peers = PeerProber(signer, self._send_current, say)
 
     def start(self) -> LiveSession:
         self._thread.start()
@@ -86,6 +94,13 @@ class LiveSession:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        if self.peers is not None:
+            self.peers.stop()
+
+    def _send_current(self, message: dict[str, Any]) -> None:
+        """Sends on whichever connection is current (the peer prober's thread outlives reconnects)."""
+        if self._ws is not None:
+            self._send(self._ws, message)
 
     @property
     def url(self) -> str:
@@ -297,6 +312,8 @@ class LiveSession:
                                               "seq": seq, "sent_at": int(time.time())}, self.signer)
                     self._send(ws, {"type": "heartbeat", "heartbeat": beat})
                     seq += 1
+                    if seq == 1 and self.peers is not None:  # after the heartbeat that names this node
+                        self._send(ws, {"type": "peers", "transports": ["webrtc"]})
                     next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
                 try:
                     frame = ws.recv(timeout=0.5)
@@ -324,5 +341,7 @@ class LiveSession:
                 elif message.get("type") == "trust":
                     if self.say is not None:
                         self.say(f"trust: {message.get('status')} ({message.get('reason')})")
+                elif message.get("type") in ("peer_probe", "peer_answer", "peer_done") and self.peers is not None:
+                    self.peers.handle(message)
                 elif message.get("type") == "error":
                     self.errors.append(message)

@@ -44,6 +44,12 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                              "challenge asks at the claimed speed"),
     "--link-refit-interval-s": ("link_refit_interval_s", click.FloatRange(0.1), "seconds between refits of "
                                 "the network coordinates from every link sample held (when samples changed)"),
+    "--peer-probe-interval-s": ("peer_probe_interval_s", click.FloatRange(0.1), "seconds at least between the "
+                                "node-to-node probes a node offers (it also answers others')"),
+    "--peer-probe-timeout-s": ("peer_probe_timeout_s", click.FloatRange(1), "seconds a node-to-node probe may "
+                               "take from pairing to its co-signed sample"),
+    "--peer-probe-pair-repeat-s": ("peer_probe_pair_repeat_s", click.FloatRange(0), "seconds at least before "
+                                   "the same two nodes are probed again"),
     "--digest-full-every": ("digest_full_every", click.IntRange(1, 10_000), "heartbeat intervals between "
                             "the full live digests this relay publishes to its cluster (changes go every interval)"),
     "--stats-history-interval": ("stats_history_interval_s", click.FloatRange(0.1), "seconds between samples "

@@ -89,6 +89,20 @@ class RelayConfig:
     link_gossip_min_interval_s: float = 60.0
     link_gossip_every_s: float = 300.0
 
+    # Node-to-node probes (web/peer_probes.py): a node offers a probe at most once per interval and answers
+    # others' (so ~2 probes a minute per node at 60 s: ~20 KB/min of a phone's plan at the ~10 KB a WebRTC
+    # probe costs with its DTLS handshake, BENCHMARKS.md); a probe not measured within the timeout ends; a pair
+    # is measured again at most once per repeat interval; the share of offers that go to the predicted nearest
+    # idle node (the rest go to a random one: Vivaldi's neighbour rule); probes in flight at once per relay.
+    peer_probe_interval_s: float = 60.0
+    peer_probe_timeout_s: float = 30.0
+    peer_probe_pair_repeat_s: float = 600.0
+    peer_probe_nearest_share: float = 0.5
+    peer_probe_max_active: int = 500
+    # STUN/TURN servers handed to both ends of a probe (stun:host:port): needed where nodes are behind NAT
+    # (phones on carrier networks); none by default, so only host candidates (same LAN, public addresses).
+    peer_ice_servers: tuple[str, ...] = ()
+
     # Challenges (web/challenges.py): the relay measures each node itself. A session opts in with a hello
     # (clients that cannot answer stay unverified rather than failing). The work is sized so the node's
     # claimed speed needs challenge_target_s: long enough that the session's RTT and the capsule's

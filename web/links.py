@@ -187,6 +187,10 @@ class LinkBook:
         node = self.nodes.get(node_id)
         return node.coord if node else None
 
+    def confirmed(self, a: str, b: str) -> bool:
+        """Whether the edge a-b is held and confirmed (it moves coordinates)."""
+        return _key(a, b) in self.links and _key(a, b) not in self.unconfirmed
+
     def measured(self, a: str, b: str) -> dict[str, Any] | None:
         return self.links.get(_key(a, b))
 

@@ -13,6 +13,7 @@ node -> relay  {"type": "bw_ack", "n": BYTES}   at once; bw = 8 n / (time to ack
 relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
 relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after MAX_ERRORS, the relay closes (1008)
 node -> relay  {"type": "hello", "answers": ["sgemm"]} ... challenges: web/challenges.py has that protocol
+node -> relay  {"type": "peers", "transports": ["webrtc"]} ... node-to-node probes: web/peer_probes.py
 
 Session is the whole protocol state of one connection, with time passed in (h11's style): the Starlette
 endpoint (web/live_endpoint.py) only moves frames and calls the relay. A bad message costs an error frame,
@@ -178,7 +179,8 @@ def parse_message(text: str | bytes) -> dict[str, Any]:
         raise LiveError("invalid_json", "messages are JSON objects") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise LiveError("invalid_message", "expected an object with a string 'type'")
-    limit = MAX_COMMIT_BYTES if message["type"] == "commit" else MAX_MESSAGE_BYTES
+    # a commitment, and a peer probe's session description (web/peer_probes.py), may take up to 8 KiB
+    limit = MAX_COMMIT_BYTES if message["type"] in ("commit", "peer_offer", "peer_answer") else MAX_MESSAGE_BYTES
     if len(text) > limit and message["type"] != "opening":
         raise LiveError("message_too_large", f"{len(text)} bytes; at most {limit}")
     return message

@@ -106,9 +106,30 @@ async def on_opening(conn: Connection, message: dict[str, Any]) -> None:
     await conn.relay.challenges.on_opening(challengee(conn), message)
 
 
+async def on_peers(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.peers.on_peers(conn.session.session, conn.session.node_id, conn.send, message)
+
+
+async def on_peer_offer(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.peers.on_offer(conn.session.session, message)
+
+
+async def on_peer_answer(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.peers.on_answer(conn.session.session, message)
+
+
+async def on_peer_sample(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.peers.on_sample(conn.session.session, message)
+
+
+async def on_peer_failed(conn: Connection, message: dict[str, Any]) -> None:
+    await conn.relay.peers.on_failed(conn.session.session, message)
+
+
 HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     "heartbeat": on_heartbeat, "pong": on_pong, "bw_ack": on_bw_ack, "cosigned": on_cosigned, "hello": on_hello,
-    "commit": on_commit, "opening": on_opening}
+    "commit": on_commit, "opening": on_opening, "peers": on_peers, "peer_offer": on_peer_offer,
+    "peer_answer": on_peer_answer, "peer_sample": on_peer_sample, "peer_failed": on_peer_failed}
 
 
 # The probe's payload: random once per process, so it cannot be compressed, without paying os.urandom for
@@ -165,3 +186,4 @@ async def live(ws: WebSocket) -> None:
         ping_task.cancel()
         relay.challenges.bye(conn.session.session)
         relay.metrics.ws_sessions -= 1
+        await relay.peers.bye(conn.session.session)  # last: it sends (the other side of a probe in flight)

@@ -22,6 +22,7 @@ from web.config import RelayConfig
 from web.ingest import BeaconBook, Ingest, parse_json
 from web.links import LinkBook, fitted_book
 from web.metrics import Metrics
+from web.peer_desk import PeerDesk
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
 from web.roll_caller import STORE_KEY
@@ -47,6 +48,8 @@ class Relay:
         self.links = LinkBook(self.relay_id, config)
         self.verifier = VerifyPool(config.verify_workers)
         self.challenges = ChallengeDesk(self)
+        self.peers = PeerDesk(self)  # node-to-node probes (web/peer_probes.py)
+        self.metrics.peer_probes = self.peers.broker.outcomes
         # no burst: probes that leave together queue behind each other on the relay's uplink (measured: 64 at
         # once put 200 ms on the heartbeat acks of a 100-session relay)
         self.bw_probe_budget = TokenBuckets(config.bw_probes_per_s, 1)
@@ -89,6 +92,7 @@ class Relay:
         self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
                        asyncio.create_task(self._every(1.0, self.challenges.tick)),
+                       asyncio.create_task(self._every(1.0, self.peers.tick)),
                        asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats)),
                        asyncio.create_task(self._every(self.config.link_refit_interval_s, self.refit_links))]
         await self.sample_stats()

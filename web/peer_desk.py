@@ -1,0 +1,73 @@
+"""The relay's adapter over the peer-probe broker (web/peer_probes.py, pure): it keeps each taking-part
+session's send function, pairs the due nodes once a second, carries the signalling, and takes the co-signed
+sample through the relay's add_link (signatures, physics, the landmarks' triangle rule)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from web.live import LiveError
+from web.peer_probes import Outgoing, PeerBroker
+from web.problems import Problem
+
+if TYPE_CHECKING:
+    from web.relay import Relay
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class PeerDesk:
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.broker = PeerBroker(relay.config)
+        self.sends: dict[str, Send] = {}  # session -> its connection's send (only sessions taking part)
+        self.rng = random.Random()
+
+    async def _deliver(self, out: Outgoing) -> None:
+        for session, message in out:
+            send = self.sends.get(session)
+            if send is not None:
+                await send(message)
+
+    def _predict_ms(self, a: str, b: str) -> float | None:
+        ca, cb = self.relay.links.coordinate(a), self.relay.links.coordinate(b)
+        return ca.distance(cb) if ca is not None and cb is not None else None
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        await self._deliver(self.broker.expire(now) + self.broker.pair(now, self.rng, self._predict_ms))
+
+    async def on_peers(self, session: str, node_id: str | None, send: Send, message: dict[str, Any]) -> None:
+        out = self.broker.peers(session, node_id, message.get("transports"))
+        if session in self.broker.participants:
+            self.sends[session] = send
+        else:
+            self.sends.pop(session, None)
+        await self._deliver(out)
+
+    async def on_offer(self, session: str, message: dict[str, Any]) -> None:
+        await self._deliver(self.broker.offer(session, message))
+
+    async def on_answer(self, session: str, message: dict[str, Any]) -> None:
+        await self._deliver(self.broker.answer(session, message))
+
+    async def on_failed(self, session: str, message: dict[str, Any]) -> None:
+        await self._deliver(self.broker.failed(session, message))
+
+    async def on_sample(self, session: str, message: dict[str, Any]) -> None:
+        probe, sample = self.broker.sample(session, message)
+        try:
+            stored = await self.relay.add_link(json.dumps(sample).encode(), time.time())
+        except Problem as problem:
+            await self._deliver(self.broker.finish(probe, problem.code))
+            raise LiveError(problem.code, problem.detail or problem.title) from None
+        confirmed = self.relay.links.confirmed(stored["a"], stored["b"])
+        await self._deliver(self.broker.finish(probe, "measured", float(stored["rtt_ms"]), confirmed))
+
+    async def bye(self, session: str) -> None:
+        self.sends.pop(session, None)
+        await self._deliver(self.broker.leave(session))
