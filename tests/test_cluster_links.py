@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from tests.relay_process import CLI, RelayProcess, free_port
 from tests.test_links import link, register
 from tests.test_proven import until
 
-OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000"]
+OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000",
+           "--peer-probe-interval-s", "2", "--peer-probe-pair-repeat-s", "0"]
 
 
 @pytest.fixture(scope="session")
@@ -188,8 +190,10 @@ def test_a_browser_is_measured_by_the_landmarks_too(
         page: Any, cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], artifacts: Any) -> None:
     """Phones as much as servers: the join page served by relay B, once joined, asks A and C for landmark
     probes (WS /v1/probe from the page, the samples co-signed with its WebCrypto key); every relay then
-    holds the browser's edges to all three relays. When B dies, the page's live session moves to A or C
-    (a fresh edge measured there by its pings)."""
+    holds the browser's edges to all three relays. B pairs the page with a server node (`ce-bench node`'s
+    live session, aiortc) for a node-to-node probe over a WebRTC data channel: the sample both signed is
+    confirmed on every relay. When B dies, the page's live session moves to A or C (a fresh edge measured
+    there by its pings)."""
     from host_runner.landmarks import landmarks
     from tests.test_browser import join
 
@@ -198,13 +202,35 @@ def test_a_browser_is_measured_by_the_landmarks_too(
         r.start()
     b = relays[1]
     until("B lists the others' URLs", 20, lambda: len(landmarks(b.url)) == 2)
-    node_id = join(page, b)["node_id"]
-    page.wait_for_function("() => (window.ceLandmarks || []).length === 2", timeout=30_000)
-    lines = page.evaluate("() => window.ceLandmarks")
-    assert all(line.endswith(" ms") for line in lines), lines  # both probes completed, none failed
-    assert "measured by 2 other relay(s)" in page.locator("#landmarks").inner_text()
-    wanted = {pair(node_id, k.node_id) for k in keys}
-    until("every relay holds the browser's three edges", 30, lambda: all(wanted <= set(edges(r)) for r in relays))
+    server_key = register(b)
+    server = LiveSession(b.url, server_key, peer_probes=True).start()
+    try:
+        node_id = join(page, b)["node_id"]
+        page.wait_for_function("() => (window.ceLandmarks || []).length === 2", timeout=30_000)
+        lines = page.evaluate("() => window.ceLandmarks")
+        assert all(line.endswith(" ms") for line in lines), lines  # both probes completed, none failed
+        assert "measured by 2 other relay(s)" in page.locator("#landmarks").inner_text()
+        wanted = {pair(node_id, k.node_id) for k in keys}
+        until("every relay holds the browser's three edges", 30, lambda: all(wanted <= set(edges(r)) for r in relays))
+        page.wait_for_function("() => (window.cePeerSamples || []).length > 0", timeout=30_000)
+        sample = page.evaluate("() => window.cePeerSamples[0]")
+        assert {sample["a"], sample["b"]} == {node_id, server_key.node_id}, sample
+        assert "node-to-node probes" in page.locator("#peers").inner_text()
+        browser_server = pair(node_id, server_key.node_id)
+        try:
+            until("the browser-server edge confirmed on every relay", 30, lambda: all(
+                browser_server in edges(r) and browser_server not in unconfirmed(r) for r in relays))
+        except AssertionError:
+            for r in relays:  # what each relay holds, to tell a missing edge from an unconfirmed one
+                print(r.port, browser_server in unconfirmed(r), [(k[0][-4:], k[1][-4:], v["rtt_ms"])
+                                                                 for k, v in edges(r).items()])
+                with urllib.request.urlopen(r.url + "/metrics", timeout=10) as resp:
+                    print([line for line in resp.read().decode().splitlines() if "link" in line or "peer" in line])
+            raise
+        print(f"browser <-> server over WebRTC: {sample['rtt_ms']} ms; failures on the page: "
+              f"{page.evaluate('() => window.cePeerFailures')}, on the server: {server.peers and server.peers.failures}")
+    finally:
+        server.stop()
 
     def measured_at(i: int) -> int:
         return int(edges(relays[i]).get(pair(node_id, keys[i].node_id), {}).get("measured_at", 0))
