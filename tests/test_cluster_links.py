@@ -227,8 +227,9 @@ def test_a_browser_is_measured_by_the_landmarks_too(
                 with urllib.request.urlopen(r.url + "/metrics", timeout=10) as resp:
                     print([line for line in resp.read().decode().splitlines() if "link" in line or "peer" in line])
             raise
-        print(f"browser <-> server over WebRTC: {sample['rtt_ms']} ms; failures on the page: "
-              f"{page.evaluate('() => window.cePeerFailures')}, on the server: {server.peers and server.peers.failures}")
+        failures = page.evaluate("() => window.cePeerFailures")
+        print(f"browser <-> server over WebRTC: {sample['rtt_ms']} ms; failures on the page: {failures}, "
+              f"on the server: {server.peers and server.peers.failures}")
     finally:
         server.stop()
 
