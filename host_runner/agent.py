@@ -46,6 +46,9 @@ class AgentConfig:
     # ~27 KB per hour with three landmarks. 0: never.
     landmark_interval_s: float = 600.0
     landmarks_per_round: int = 3
+    # Node-to-node probes the relay brokers (host_runner/peer_probe.py: WebRTC over aiortc): a server's RTT
+    # to other nodes, the map's edges; the relay paces them (peer_probe_interval_s).
+    peer_probes: bool = True
 
 
 def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> float:
@@ -118,7 +121,7 @@ class Agent:
                 gpu, line = context_for(result.profile)
                 self.say(line)
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
-                                       say=self.say, gpu=gpu).start()
+                                       say=self.say, gpu=gpu, peer_probes=self.config.peer_probes).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)

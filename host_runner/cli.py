@@ -138,8 +138,10 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
 @click.option("--no-jitter", is_flag=True, help="start each measurement at once, not after the beacon's jitter")
 @click.option("--landmark-interval-s", type=click.FloatRange(0), default=600.0, show_default=True,
               help="seconds between RTT probes by the other relays of the cluster (landmarks); 0: none")
+@click.option("--peer-probes/--no-peer-probes", default=True, show_default=True,
+              help="measure RTTs to other nodes when the relay pairs this node with one (WebRTC, a few KB each)")
 def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
-             no_jitter: bool, landmark_interval_s: float) -> None:
+             no_jitter: bool, landmark_interval_s: float, peer_probes: bool) -> None:
     """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
     import signal
 
@@ -150,7 +152,8 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
     key = load_key()
     opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, scratch=scratch, gpu=not no_gpu,
                       jitter=not no_jitter, beacon_source=f"relay {relay}")
-    config = AgentConfig(remeasure_s=remeasure_h * 3600, landmark_interval_s=landmark_interval_s)
+    config = AgentConfig(remeasure_s=remeasure_h * 3600, landmark_interval_s=landmark_interval_s,
+                         peer_probes=peer_probes)
     agent = Agent(relay, key, opts, config,
                   say=lambda line: click.echo(f"ce-bench node: {line}", err=True))
     for sig in (signal.SIGTERM, signal.SIGINT):

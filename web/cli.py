@@ -50,6 +50,11 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                                "take from pairing to its co-signed sample"),
     "--peer-probe-pair-repeat-s": ("peer_probe_pair_repeat_s", click.FloatRange(0), "seconds at least before "
                                    "the same two nodes are probed again"),
+    "--link-gossip-min-interval-s": ("link_gossip_min_interval_s", click.FloatRange(0), "seconds at least "
+                                     "between two samples of one edge this relay sends to its cluster (when the "
+                                     "RTT moved)"),
+    "--landmark-mesh-interval-s": ("landmark_mesh_interval_s", click.FloatRange(1), "seconds between this "
+                                   "relay's probes of its peer relays (the landmarks' mesh)"),
     "--digest-full-every": ("digest_full_every", click.IntRange(1, 10_000), "heartbeat intervals between "
                             "the full live digests this relay publishes to its cluster (changes go every interval)"),
     "--stats-history-interval": ("stats_history_interval_s", click.FloatRange(0.1), "seconds between samples "

@@ -19,6 +19,9 @@ class RelayConfig:
     # Landmark probes (web/probe_endpoint.py): pings this far apart, each step answered within the timeout.
     probe_ping_gap_s: float = 0.1
     probe_step_timeout_s: float = 5.0
+    # The relays of a cluster probe each other (WS /v1/probe of each peer's public_url) this often: the
+    # landmarks' own mesh, on which the coordinate fit places every node (web/links.py).
+    landmark_mesh_interval_s: float = 60.0
     nats_bucket: str = "ce-atlas"
     # Reverse proxies whose X-Forwarded-For is believed (addresses); none by default: the peer address counts.
     trusted_proxies: tuple[str, ...] = ()

@@ -13,6 +13,11 @@ here and excuses nobody from a roll call: it is a measurement, not a session.
     node  -> relay {"type": "cosigned", "sample": LinkSample (sig_a, sig_b)}
     relay -> node  {"type": "probed", "rtt_ms": F}  (then closes)
 
+The relays of a cluster probe each other the same way (Relay.probe_peer_relays, every
+landmark_mesh_interval_s): the landmarks' own mesh, which places them relative to each other so that their
+edges to nodes place the nodes (without it every landmark sat at the origin of the fit and no node could be
+told from another by its landmark RTTs).
+
 Bytes: ~1.5 KB each way per probe (three pings, two signed records). A node delaying its pongs only makes
 its own edge look longer, which loosens (never tightens) what the edge confirms about others."""
 
@@ -48,7 +53,7 @@ async def run_probe(ws: WebSocket, relay: Relay) -> float:
     config, session = relay.config, Session(relay.new_session_id())
     await ws.send_json({"type": "welcome", "relay": relay.relay_id, "session": session.session, "probe": True})
     node_id = session.heartbeat((await _next(ws, config.probe_step_timeout_s, "heartbeat")).get("heartbeat"))
-    if node_id not in relay.atlas.nodes:
+    if node_id not in relay.atlas.nodes and node_id not in relay.links.landmarks:  # a node, or a peer relay
         raise LiveError("unknown_node", "post a profile (POST /v1/profiles) before asking for a probe")
     while len(session.rtt_samples) < SAMPLES_PER_LINK:
         await ws.send_json(session.ping(time.perf_counter()))

@@ -93,6 +93,7 @@ class Relay:
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
                        asyncio.create_task(self._every(1.0, self.challenges.tick)),
                        asyncio.create_task(self._every(1.0, self.peers.tick)),
+                       asyncio.create_task(self._every(self.config.landmark_mesh_interval_s, self.probe_peer_relays)),
                        asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats)),
                        asyncio.create_task(self._every(self.config.link_refit_interval_s, self.refit_links))]
         await self.sample_stats()
@@ -198,6 +199,22 @@ class Relay:
 
     def history(self, node_id: str, limit: int) -> list[dict[str, Any]]:
         return [{**json.loads(body), "at": at, "event": kind} for at, kind, body in self.store.history(node_id, limit)]
+
+    async def probe_peer_relays(self) -> None:
+        """Asks every peer relay that announces a URL for a landmark probe (WS /v1/probe, as a node would):
+        each stores and shares the co-signed relay <-> relay edge, the landmarks' mesh. A peer that cannot
+        be reached is logged and tried again at the next interval."""
+        from host_runner.landmarks import ProbeError, probe  # the nodes' own client
+
+        views = self.cluster.book.views if self.cluster is not None else {}
+        for peer in self.config.cluster_peers:
+            url = views[peer].url if peer in views else None
+            if not url:
+                continue
+            try:
+                await asyncio.to_thread(probe, url, self.key)
+            except ProbeError as exc:
+                log.warning("landmark probe of a peer relay failed", extra={"peer": peer, "error": str(exc)})
 
     def sign_link(self, body: dict[str, Any]) -> dict[str, Any]:
         return sign("LinkSample", body, self.key, "sig_b")
