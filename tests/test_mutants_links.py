@@ -12,7 +12,7 @@ import pytest
 from fabric.defence import guarded_coordinates
 from fabric.vivaldi import Coordinate, VivaldiNode
 from web.config import RelayConfig
-from web.links import MESH_REFRESH_S, LinkBook, coordinate_seed
+from web.links import MESH_REFRESH_S, REFIT_CONFIG, LinkBook, coordinate_seed
 from web.problems import Problem
 
 R = "relay"
@@ -135,7 +135,7 @@ def test_load_refits_from_every_sample_whatever_their_order() -> None:
         assert fitting.coordinate(node) == reversed_order.coordinate(node)
     assert fitting.coordinate("a") != Coordinate.origin() != fitting.coordinate("b")
     confirmed = sorted([stored[0], stored[3], stored[4]], key=lambda s: (s["a"], s["b"]))  # as refit orders them
-    expected = guarded_coordinates(confirmed, {R}, cycles=200, seed=0, seed_of=coordinate_seed)
+    expected = guarded_coordinates(confirmed, {R}, cycles=200, seed=0, config=REFIT_CONFIG, seed_of=coordinate_seed)
     assert fitting.coordinate("a") == expected["a"] and fitting.coordinate("b") == expected["b"]
 
 
