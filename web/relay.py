@@ -204,7 +204,7 @@ class Relay:
         """Asks every peer relay that announces a URL for a landmark probe (WS /v1/probe, as a node would):
         each stores and shares the co-signed relay <-> relay edge, the landmarks' mesh. A peer that cannot
         be reached is logged and tried again at the next interval."""
-        from host_runner.landmarks import ProbeError, probe  # the nodes' own client
+        from common.landmark_probe import ProbeError, probe  # the nodes' own client
 
         views = self.cluster.book.views if self.cluster is not None else {}
         for peer in self.config.cluster_peers:
