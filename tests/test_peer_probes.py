@@ -274,7 +274,8 @@ class RawNode:
 def test_colluding_identities_cannot_sign_a_distance_nobody_observed(tmp_path: Path) -> None:
     """Two identities of one attacker, both taking part, skip the measurement and sign 400 ms between them
     (both signatures valid): the relay measured both at ~1 ms, so the triangle through it refuses the sample
-    (inconsistent_rtt) and both sides hear so; a sample handed in by the wrong side, or after the probe, is an
+    (inconsistent_rtt) and both sides hear so in peer_done (not as an error frame: an honest pair's noisy sample
+must not use up its session's error budget); a sample handed in by the wrong side, or after the probe, is an
     error frame, and nothing reaches /netgraph."""
     url = "ws://127.0.0.1:{port}/v1/live"
     with RelayProcess(tmp_path / "data", *FAST) as relay:
@@ -301,7 +302,6 @@ def test_colluding_identities_cannot_sign_a_distance_nobody_observed(tmp_path: P
             offerer.ws.send(json.dumps({"type": "peer_sample", "probe": probe["probe"], "sample": forged}))
             assert offerer.expect("error")["code"] == "not_your_probe"  # only the answerer hands it in
             answerer.ws.send(json.dumps({"type": "peer_sample", "probe": probe["probe"], "sample": forged}))
-            assert answerer.expect("error")["code"] == "inconsistent_rtt"
             for node in nodes:
                 assert node.expect("peer_done")["code"] == "inconsistent_rtt"
             answerer.ws.send(json.dumps({"type": "peer_sample", "probe": probe["probe"], "sample": forged}))
