@@ -6,7 +6,7 @@
 // the sample to the relay. A phone's cost: ~10 KB per probe (DTLS handshake included), about 2 probes a minute
 // at the relay's default interval, none while the tab is hidden (relay.js opts out).
 import { b64url, unhex } from "./keys.js";
-import { LINK_RTT_MAX_MS, LINK_RTT_MIN_MS } from "./relay.js";
+import { LINK_RTT_MAX_MS, LINK_RTT_MIN_MS, signedBy } from "./relay.js";
 
 const PEER_PINGS = 5;
 const PEER_PING_GAP_MS = 100;
@@ -79,15 +79,6 @@ export function peerProber(nodeId, key, py, send, report) {
   const measured = (window.cePeerSamples = []); // co-signed samples this page took part in (tests read them)
   const failures = (window.cePeerFailures = []);
 
-  const signedBy = async (sample, field, signer) => {
-    try {
-      const k = await crypto.subtle.importKey("raw", unhex(py.publicKeyHex(signer)), { name: "Ed25519" }, false, ["verify"]);
-      const sig = Uint8Array.from(atob(sample[field].replaceAll("-", "+").replaceAll("_", "/")), (c) => c.charCodeAt(0));
-      return await crypto.subtle.verify({ name: "Ed25519" }, k, sig, unhex(py.message("LinkSample", sample)));
-    } catch {
-      return false;
-    }
-  };
   const signAs = async (sample, field) => ({ ...sample, [field]: b64url(await key.sign(unhex(py.message("LinkSample", sample)))) });
 
   const offer = async (pc, m) => {
@@ -102,7 +93,7 @@ export function peerProber(nodeId, key, py, send, report) {
     ch.dc.send(JSON.stringify({ t: "cosign", sample: await signAs(body, "sig_a") }));
     const back = (await ch.expect("cosigned")).sample;
     if (!back || Object.keys(body).some((k) => back[k] !== body[k])) throw new Error("the peer co-signed something else than the proposed sample");
-    if (!(await signedBy(back, "sig_b", m.peer))) throw new Error("the peer's co-signature does not verify");
+    if (!(await signedBy(back, "sig_b", m.peer, py))) throw new Error("the peer's co-signature does not verify");
     return back;
   };
 
@@ -116,7 +107,7 @@ export function peerProber(nodeId, key, py, send, report) {
     const own = await ch.measure();
     const s = (await ch.expect("cosign")).sample;
     if (!s || s.a !== m.peer || s.b !== nodeId) throw new Error("the peer proposed a sample that is not of our link");
-    if (!(await signedBy(s, "sig_a", m.peer))) throw new Error("the peer's signature does not verify");
+    if (!(await signedBy(s, "sig_a", m.peer, py))) throw new Error("the peer's signature does not verify");
     if (typeof s.rtt_ms !== "number" || s.rtt_ms < LINK_RTT_MIN_MS || s.rtt_ms > LINK_RTT_MAX_MS) throw new Error("the peer proposed an RTT outside physics");
     if (!agrees(s.rtt_ms, own.rtt_ms)) throw new Error(`the peer proposed ${s.rtt_ms} ms; this side measured ${own.rtt_ms} ms`);
     const cosigned = await signAs(s, "sig_b");

@@ -36,16 +36,19 @@ export function pendingProfile() {
   return text ? JSON.parse(text) : null;
 }
 
-export async function relaySigned(sample, py) {
-  // never co-sign what the relay did not sign: check sig_b with the relay's key (from its NodeId)
+// Whether `signer` (a NodeId) signed the LinkSample's `field`: its Ed25519 key comes from the NodeId itself.
+export async function signedBy(sample, field, signer, py) {
   try {
-    const key = await crypto.subtle.importKey("raw", unhex(py.publicKeyHex(sample.b)), { name: "Ed25519" }, false, ["verify"]);
-    const sig = Uint8Array.from(atob(sample.sig_b.replaceAll("-", "+").replaceAll("_", "/")), (c) => c.charCodeAt(0));
+    const key = await crypto.subtle.importKey("raw", unhex(py.publicKeyHex(signer)), { name: "Ed25519" }, false, ["verify"]);
+    const sig = Uint8Array.from(atob(sample[field].replaceAll("-", "+").replaceAll("_", "/")), (c) => c.charCodeAt(0));
     return await crypto.subtle.verify({ name: "Ed25519" }, key, sig, unhex(py.message("LinkSample", sample)));
   } catch {
     return false;
   }
 }
+
+// never co-sign what the relay did not sign: sig_b by the relay (sample.b)
+export const relaySigned = (sample, py) => signedBy(sample, "sig_b", sample.b, py);
 
 // answerer (browser_node/challenge.js), when given, answers the relay's challenges while the tab is visible;
 // a hidden tab says so (hello without answers) and is not challenged: no heavy work in the background.

@@ -85,7 +85,7 @@ class LiveSession:
         if peer_probes:
             from host_runner.peer_probe import PeerProber
 
-            self.peers = PeerProber(signer, self._send_current, say)
+            self.peers = PeerProber(signer, self._send_current)
 
     def start(self) -> LiveSession:
         self._thread.start()

@@ -99,12 +99,10 @@ class PeerProber:
     """Takes the relay's peer-probe messages (from the live session's thread) and runs each probe on its own
     event loop; `send` puts a message on the current live session (thread-safe)."""
 
-    def __init__(self, signer: Signer, send: Callable[[dict[str, Any]], None],
-                 say: Callable[[str], None] | None = None) -> None:
+    def __init__(self, signer: Signer, send: Callable[[dict[str, Any]], None]) -> None:
         self.signer = signer
         self.me = node_id(signer)
         self.send = send
-        self.say = say
         self.measured: list[dict[str, Any]] = []  # co-signed samples this node took part in
         self.done: list[dict[str, Any]] = []      # the relay's peer_done messages
         self.failures: list[str] = []
