@@ -203,7 +203,11 @@ def test_a_gpu_transcript_is_rechecked_by_peers(ctx: GpuContext) -> None:
     ch.opened_items = rows
     body = transcript_body("relay", ch, beacon["value"], True, "passed", "counted", False, time.time())
     again = check_transcript(body, random.Random(4), config)
-    assert again.kind == "gpu" and again.observed_tflops == pytest.approx(ch.observed_tflops)
+    # the transcript keeps commit_s to the microsecond: the peer's figure is the work over that time, exactly
+    assert ch.commit_s is not None and ch.observed_tflops is not None
+    assert again.kind == "gpu" and again.observed_tflops == pytest.approx(ch.flops / round(ch.commit_s, 6) / 1e12,
+                                                                          rel=1e-12)
+    assert again.observed_tflops == pytest.approx(ch.observed_tflops, rel=0.6e-6 / ch.commit_s)
     altered = json.loads(json.dumps(body))
     values = np.frombuffer(base64.b64decode(altered["challenge"]["opened"][0]["values"]), "<f4").copy()
     values[1] += 0.5

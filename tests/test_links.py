@@ -259,3 +259,23 @@ def test_coordinates_do_not_depend_on_the_process() -> None:
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert len(outputs) == 1, outputs
+
+
+def test_a_refit_names_its_samples_and_two_books_with_the_same_samples_agree() -> None:
+    """/netgraph's fit: the digest of the refit's samples, whatever order they came in; the same digest means
+    the same coordinates; a sample since the refit makes the fit not current; other samples, another digest."""
+    relay, a, b, c = (NodeKey.generate() for _ in range(4))
+    samples = [relay_sample(a, relay, 10.0), relay_sample(b, relay, 30.0), relay_sample(c, relay, 20.0),
+               link(a, b, rtt_ms=35.0), link(b, c, rtt_ms=40.0)]
+    one, other = LinkBook(relay.node_id), LinkBook(relay.node_id)
+    one.load(samples)
+    other.load(samples[::-1])
+    assert one.fit()["current"] and one.fit()["samples"] == 5 and len(one.fit()["sample_digest"]) == 64
+    assert one.fit() == other.fit()
+    for node in (a, b, c):
+        assert one.coordinate(node.node_id) == other.coordinate(node.node_id)
+    other.add(link(a, c, rtt_ms=25.0), True)
+    assert not other.fit()["current"]
+    other.refit()
+    assert other.fit()["current"] and other.fit()["samples"] == 6
+    assert other.fit()["sample_digest"] != one.fit()["sample_digest"]

@@ -217,7 +217,8 @@ async def netgraph(request: Request) -> Response:
                       "relay": node_id == relay.relay_id, "coordinate": coord.to_json() if coord else None,
                       "region": relay.links.region_of.get(node_id)})
     return JSONResponse({"relay": relay.relay_id, "nodes": nodes, "edges": list(relay.links.links.values()),
-                         "unconfirmed_edges": sorted([a, b] for a, b in relay.links.unconfirmed)})
+                         "unconfirmed_edges": sorted([a, b] for a, b in relay.links.unconfirmed),
+                         "fit": relay.links.fit()})
 
 
 async def netgraph_rtt(request: Request) -> Response:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import time
 from typing import Any
 
@@ -58,6 +59,10 @@ class LinkBook:
         self.shared: dict[tuple[str, str], dict[str, Any]] = {}  # what refits use: what the cluster holds
         self.refitted_version = -1
         self.version = 0  # changes with every shared sample
+        # which samples the coordinates were last refitted from (/netgraph's "fit"): two relays that show the
+        # same digest with no sample since serve the same coordinates
+        self.fit_samples = 0
+        self.fit_digest = ""
         self.nodes: dict[str, VivaldiNode] = {}
         self.links: dict[tuple[str, str], dict[str, Any]] = {}
         self.unconfirmed: set[tuple[str, str]] = set()
@@ -174,6 +179,7 @@ class LinkBook:
         for node_id in {s["a"] for s in ordered} | {s["b"] for s in ordered}:
             node = self._node(node_id)
             node.coord = coords.get(node_id) or VivaldiNode(seed=coordinate_seed(node_id)).coord
+        self.fit_samples, self.fit_digest = len(ordered), samples_digest(ordered)
         self.refitted_version = self.version
         self._dirty = True
 
@@ -187,9 +193,14 @@ class LinkBook:
             self._node(node_id).coord = node.coord
         changed = {k for k, s in self.links.items() if fitted.links.get(k) is not s}
         self.unconfirmed = (fitted.unconfirmed - changed) | (self.unconfirmed & changed)
+        self.fit_samples, self.fit_digest = fitted.fit_samples, fitted.fit_digest
         self.refitted_version = version
         self._dirty = True
 
+    def fit(self) -> dict[str, Any]:
+        """What the served coordinates were fitted from: the number and digest of the samples of the last
+        refit, and whether any shared sample moved them since (then they are not reproducible elsewhere)."""
+        return {"samples": self.fit_samples, "sample_digest": self.fit_digest, "current": not self.refit_due()}
 
     def coordinate(self, node_id: str) -> Coordinate | None:
         node = self.nodes.get(node_id)
@@ -217,6 +228,12 @@ class LinkBook:
             self._mesh_at = now
             self._dirty = False
         return self._mesh
+
+
+def samples_digest(ordered: list[dict[str, Any]]) -> str:
+    """sha256 over the (a, b, measured_at, rtt_ms) of samples sorted by (a, b): a refit's input, named."""
+    text = json.dumps([[s["a"], s["b"], s["measured_at"], s["rtt_ms"]] for s in ordered], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def worth_gossiping(sent: dict[str, Any] | None, sample: dict[str, Any], config: RelayConfig) -> bool:
