@@ -1,7 +1,7 @@
 """How many live sessions one relay process holds (issue 11, item 8): the figure that decides how many relays
 a network of phones needs.
 
-    .venv/bin/python bench/relay_sessions.py [--steps 100,1000,5000,10000] [--hold-s 30]
+    .venv/bin/python bench/relay_sessions.py [--steps 100,1000,5000,10000] [--hold-s 30] [--processes N]
 
 Method: one relay process (default config: heartbeat interval 10 s, a ping every interval, a 256 KiB
 bandwidth probe per session at first and then every 600 s on average, within the relay's 64 Mbit/s probe
@@ -12,12 +12,16 @@ request. Sessions ramp up in steps; at each step the generator holds them for --
 from sending each heartbeat to its ack. Reference in the same run: the same latency at the first (smallest)
 step. Relay RSS is read from /proc. Targets: 10,000 concurrent sessions, heartbeat ack p99 <= 100 ms,
 relay RSS <= 1 GiB. The generator shares the 2 cores with the relay: figures are lower bounds for the relay.
+With --processes N: `ce-bench relay --processes N --nats URL` (N processes on one port, SO_REUSEPORT, each a
+member of a cluster on one nats-server started here); CPU is the sum over the processes (nats-server's too,
+said apart), RSS the largest process's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -30,11 +34,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 
 from bench.relay_load import pct, post_request, run_closed_loop  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
+from tests.nats_process import NatsProcess  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
 
@@ -93,17 +99,31 @@ async def beats(ws: ClientConnection, key: NodeKey, session_id: str, interval: f
     await ws.close()
 
 
+def family(pid: int) -> list[int]:
+    """The relay's pid and its children's (the processes of --processes N)."""
+    return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+
+
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process and its children so far (/proc/PID/stat fields 14 and 15)."""
+    total = 0.0
+    for p in family(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """The largest RSS among the relay's processes."""
+    largest = float("nan")
+    for p in family(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) / 1024
+                    largest = rss if largest != largest or rss > largest else largest
+    return largest
 
 
 async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], hold_s: float) -> None:
@@ -159,19 +179,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", default="100,1000,5000,10000")
     parser.add_argument("--hold-s", type=float, default=30.0)
+    parser.add_argument("--processes", type=int, default=1, help="relay processes on the port (needs NATS)")
     args = parser.parse_args()
     steps = [int(x) for x in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning").start()
+        nats = NatsProcess(Path(tmp) / "nats").start() if args.processes > 1 else None
+        cluster = ["--nats", nats.url, "--processes", str(args.processes)] if nats else []
+        relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning", *cluster)
+        relay.start(timeout=60)
         try:
             pairs, wall = register_nodes(relay, max(steps))
             assert relay.proc is not None
+            if nats:
+                known_everywhere(relay, [k.node_id for k, _ in pairs[-20:]])
             print(f"registered {len(pairs)} nodes in {wall:.0f} s; relay RSS {rss_mib(relay.proc.pid):.0f} MiB "
                   "before any session", flush=True)
             asyncio.run(run_steps(relay, [k for k, _ in pairs], steps, args.hold_s))
         finally:
             relay.stop()
+            if nats:
+                nats.stop()
     return 0
+
+
+def known_everywhere(relay: RelayProcess, node_ids: list[str], within_s: float = 120) -> None:
+    """Waits until the last registered nodes are known to whichever process answers (each request a new
+    connection, so the kernel picks a process): a heartbeat may reach any of them."""
+    deadline = time.monotonic() + within_s
+    for node_id in node_ids * 3:
+        while relay.get(f"/v1/nodes/{node_id}")[0] != 200:
+            assert time.monotonic() < deadline, f"{node_id} not known to every relay process in {within_s} s"
+            time.sleep(0.5)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 // host_runner/peer_probe.py, aiortc). The relay pairs this page with another live node and carries the WebRTC
 // offer and answer over the live session; the two measure their RTT on a data channel ("ce-probe", unordered,
 // no retransmits: a lost ping is loss, not a late RTT) and both sign the LinkSample with their own keys: the
-// offerer proposes its median RTT (sig_a), the answerer co-signs only if its own pings agree (sig_b) and gives
+// offerer proposes its lowest RTT (sig_a), the answerer co-signs only if its own pings agree (sig_b) and gives
 // the sample to the relay. A phone's cost: ~10 KB per probe (DTLS handshake included), about 2 probes a minute
 // at the relay's default interval, none while the tab is hidden (relay.js opts out).
 import { b64url, unhex } from "./keys.js";
@@ -19,13 +19,11 @@ const round3 = (x) => Math.round(x * 1000) / 1000;
 
 function summarize(rtts, sent) {
   if (!rtts.length) throw new Error("no pong came back");
-  const sorted = [...rtts].sort((x, y) => x - y);
-  const mid = sorted.length >> 1;
-  const median = sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  const lowest = Math.min(...rtts); // queueing and busy pages only add: the least delayed ping is the path's
   let jitter = 0;
   for (let i = 1; i < rtts.length; i++) jitter += Math.abs(rtts[i] - rtts[i - 1]);
   jitter /= Math.max(1, rtts.length - 1);
-  return { rtt_ms: round3(Math.max(LINK_RTT_MIN_MS, median)), jitter_ms: round3(jitter),
+  return { rtt_ms: round3(Math.max(LINK_RTT_MIN_MS, lowest)), jitter_ms: round3(jitter),
            loss: round3(Math.max(0, 1 - rtts.length / Math.max(1, sent))) };
 }
 
@@ -47,7 +45,8 @@ function channel(dc) {
   };
   ch.measure = async () => {
     await ch.opened;
-    for (let i = 0; i < PEER_PINGS; i++) {
+    for (let k = 0; k < PEER_PINGS; k++) {
+      const i = crypto.getRandomValues(new Uint32Array(1))[0]; // unpredictable: no pong before its ping
       ch.pings.set(i, performance.now());
       ch.sent++;
       dc.send(JSON.stringify({ t: "ping", i }));

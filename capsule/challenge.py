@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -63,11 +64,16 @@ def product_seed(seed: int, t: int) -> int:
 
 
 def reps_for(claimed_gflops: float, instances: int, n: int, target_s: float) -> int:
-    """How many n-order products one instance computes so the claimed speed needs target_s (2 n^3 flops each
-    at claimed / instances GFLOP/s), at least 1 and within MAX_BYTES. A claim beyond that just gets a
-    shorter challenge: a node slower than its claim still shows in the observed time."""
+    """How many n-order products one instance computes so the claimed speed needs at most target_s (2 n^3
+    flops each at claimed / instances GFLOP/s), at least 1 and within MAX_BYTES. A claim beyond that just gets
+    a shorter challenge: a node slower than its claim still shows in the observed time.
+
+    Rounded down, not to the nearest: roll calls hold every answer to one deadline (deadline_factor x
+    target_s) and count at most work / target_s, so work beyond target_s at the claim only eats an honest
+    node's margin. Rounding to the nearest once asked 4 products where 3.76 fit (1.06 s at the claim): an
+    honest node answering at 0.8x its claim on busy cores (CI, 2026-12-04) missed every roll call."""
     per_instance = max(claimed_gflops, 0.0) / max(instances, 1) * 1e9
-    reps = round(per_instance * target_s / (2 * n**3))
+    reps = math.floor(per_instance * target_s / (2 * n**3))
     return int(max(1, min(reps, MAX_BYTES // (4 * n * n))))
 
 

@@ -1,7 +1,7 @@
 """A server node's side of node-to-node probes (issue 18, item 1; the relay's broker and the protocol are
 web/peer_probes.py; the browser's side is browser_node/peer-probe.js). The relay pairs two live nodes and
 carries their WebRTC offer and answer; they measure their RTT on a data channel (aiortc here) and both sign the
-LinkSample: the offerer proposes its median RTT (sig_a), the answerer co-signs only if its own pings agree
+LinkSample: the offerer proposes its lowest RTT (sig_a), the answerer co-signs only if its own pings agree
 (sig_b) and hands the sample to the relay. Runs its own asyncio loop on a thread beside the live session.
 
 On the data channel ("ce-probe", unordered, no retransmits: a lost ping is loss, not a late RTT), JSON text:
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import statistics
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -33,11 +33,13 @@ AGREE_SLACK_MS = 3.0
 
 
 def summarize(rtts: list[float], sent: int) -> dict[str, float]:
-    """rtt (median), jitter (mean absolute difference of successive samples) and loss of one side's pings."""
+    """rtt (the lowest: queueing and busy event loops only ever add to a ping, so the least delayed one is
+    the path's; web/live.py says more beside PING_ID_LIMIT), jitter (mean absolute difference of successive
+    samples) and loss."""
     if not rtts:
         raise ValueError("no pong came back")
     jitter = sum(abs(x - y) for x, y in zip(rtts, rtts[1:], strict=False)) / max(1, len(rtts) - 1)
-    return {"rtt_ms": round(max(LINK_RTT_MIN_MS, statistics.median(rtts)), 3), "jitter_ms": round(jitter, 3),
+    return {"rtt_ms": round(max(LINK_RTT_MIN_MS, min(rtts)), 3), "jitter_ms": round(jitter, 3),
             "loss": round(max(0.0, 1 - len(rtts) / max(1, sent)), 3)}
 
 
@@ -78,7 +80,8 @@ class _Channel:
 
     async def measure(self) -> dict[str, float]:
         await asyncio.wait_for(self.opened.wait(), PROBE_DEADLINE_S)
-        for i in range(PEER_PINGS):
+        for _ in range(PEER_PINGS):
+            i = secrets.randbits(32)  # unpredictable: a pong sent before its ping arrived cannot match it
             self._pings[i] = time.perf_counter()
             self.sent += 1
             self.channel.send(json.dumps({"t": "ping", "i": i}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from web.live import MAX_ERRORS, PINGS_KEPT, SAMPLES_PER_LINK, LiveError, Session
+from web.live import MAX_ERRORS, PING_ID_LIMIT, PINGS_KEPT, SAMPLES_PER_LINK, LiveError, Session
 
 NODE = "12D3KooWAbCdEfGhJkLmNpQrStUvWxYz1234567890abcdefghij"
 RELAY = "12D3KooWRelayRelayRelayRelayRelayRelayRelayRelayRel"
@@ -15,29 +15,41 @@ RELAY = "12D3KooWRelayRelayRelayRelayRelayRelayRelayRelayRel"
 def test_pong_measures_rtt_from_the_time_passed_in() -> None:
     s = Session("0" * 32)
     ping = s.ping(now=100.0)
-    assert ping == {"type": "ping", "id": 1}
-    assert s.pong(1, now=100.020) == pytest.approx(20.0)
-    s.ping(now=200.0)
-    assert s.pong(2, now=200.040) == pytest.approx(0.8 * 20.0 + 0.2 * 40.0)  # EWMA, alpha 0.2
+    assert ping["type"] == "ping" and set(ping) == {"type", "id"}
+    assert s.pong(ping["id"], now=100.020) == pytest.approx(20.0)
+    second = s.ping(now=200.0)
+    assert s.pong(second["id"], now=200.040) == pytest.approx(0.8 * 20.0 + 0.2 * 40.0)  # EWMA, alpha 0.2
+
+
+def test_ping_ids_cannot_be_predicted() -> None:
+    """A pong sent before its ping arrived would make the node look nearer (a link keeps its lowest RTT):
+    ids are random integers, exact in JSON and JavaScript, never a sequence."""
+    s = Session("0" * 32)
+    ids = [s.ping(now=float(i))["id"] for i in range(200)]
+    assert all(type(i) is int and 0 <= i < PING_ID_LIMIT for i in ids)
+    assert len(set(ids)) == 200 and max(ids) > 2**40  # 200 draws below 2^53: all below 2^40 has odds 2^-2600
+    assert sum(b > a for a, b in zip(ids, ids[1:], strict=False)) < 150  # not increasing
 
 
 @pytest.mark.parametrize("ping_id", [1, True, 1.0, "1", None, [1]])
 def test_a_pong_must_name_an_outstanding_ping_exactly(ping_id: object) -> None:
     s = Session("0" * 32)
-    s.ping(now=0.0)
-    s.pong(1, now=0.001)
+    s.pings[1] = 0.0  # an outstanding ping of id 1 (ids are random; this one is set to show what names it)
+    if type(ping_id) is int:
+        s.pong(1, now=0.001)  # answered: once more is unknown
     with pytest.raises(LiveError) as refused:  # answered already, or not an integer id (True == 1 in a dict)
         s.pong(ping_id, now=0.002)
+    assert (1 in s.pings) == (type(ping_id) is not int)
     assert refused.value.code == "unknown_ping"
 
 
 def test_old_pings_are_forgotten() -> None:
     s = Session("0" * 32)
-    for i in range(PINGS_KEPT + 5):
-        s.ping(now=float(i))
-    assert len(s.pings) == PINGS_KEPT and min(s.pings) == 6
+    ids = [s.ping(now=float(i))["id"] for i in range(PINGS_KEPT + 5)]
+    assert list(s.pings) == ids[5:] and len(s.pings) == PINGS_KEPT
     with pytest.raises(LiveError):
-        s.pong(1, now=100.0)
+        s.pong(ids[4], now=100.0)
+    assert s.pong(ids[5], now=100.0) > 0
 
 
 def test_error_budget_closes_after_max_errors() -> None:
@@ -71,13 +83,15 @@ def test_probe_chance_gives_the_configured_mean_interval() -> None:
 
 def test_link_body_after_enough_pongs() -> None:
     s = Session("0" * 32, node_id=NODE)
-    for i in range(SAMPLES_PER_LINK):
-        s.ping(now=float(i))
-        assert s.link_body(RELAY, now=1e9) is None or i == SAMPLES_PER_LINK
-        s.pong(i + 1, now=i + 0.001 * (i + 1))
+    for i, delay_ms in zip(range(SAMPLES_PER_LINK), (30.0, 12.0, 45.0), strict=True):
+        ping = s.ping(now=float(i))
+        assert s.link_body(RELAY, now=1e9) is None
+        s.pong(ping["id"], now=i + delay_ms / 1000)
     body = s.link_body(RELAY, now=1e9)
     assert body is not None and body["a"] == NODE and body["b"] == RELAY
-    assert body["rtt_ms"] == pytest.approx(2.0) and body["loss"] == 0.0
+    # the lowest of the window: the other pongs waited for something else too (the median would say 30)
+    assert body["rtt_ms"] == pytest.approx(12.0) and body["loss"] == 0.0
+    assert body["jitter_ms"] == pytest.approx((18 + 33) / 2)
     assert s.link_body(RELAY, now=1e9) is None  # the window restarts
 
 
@@ -94,3 +108,35 @@ def test_a_probe_that_gave_no_figure_is_retried_at_the_next_chances_a_few_times(
         assert s.bw_ack(256 * 1024, now=float(i) + 0.001) is None  # faster than the RTT: no figure
     assert not s.wants_bw_probe(draw=0.99, chance=0.01)  # tried enough: a phone is not probed every ping
     assert s.wants_bw_probe(draw=0.001, chance=0.01)
+
+
+def test_the_first_heartbeat_proves_the_key_and_later_ones_stay_with_that_node() -> None:
+    """The session's first heartbeat is verified (a forged one is refused); later ones over the same
+    connection are checked for schema, session, node and seq (web/live.py says why not their signature)."""
+    from capsule.signing import sign
+    from common.keys import NodeKey
+
+    key, other = NodeKey.generate(), NodeKey.generate()
+    s = Session("ab" * 16)
+
+    def beat(seq: int, signer: NodeKey = key, **changes: object) -> dict[str, object]:
+        return sign("Heartbeat", {"node_id": key.node_id, "session": s.session, "seq": seq, "sent_at": 1, **changes},
+                    signer)
+
+    for forged in (beat(0, other), {**beat(0), "sig": beat(0, other)["sig"]}):
+        with pytest.raises(LiveError) as refused:
+            s.heartbeat(forged)
+        assert refused.value.code == "bad_signature" and s.node_id is None
+    assert s.heartbeat(beat(0)) == key.node_id
+    assert s.heartbeat(beat(1, other)) == key.node_id  # the connection is the proof now
+    cases = [(beat(2, node_id=other.node_id), "wrong_node"),
+             (sign("Heartbeat", {"node_id": other.node_id, "session": s.session, "seq": 2, "sent_at": 1}, other),
+              "wrong_node"),
+             (beat(2, session="cd" * 16), "wrong_session"), (beat(1), "replayed_heartbeat"),
+             ({**beat(2), "seq": "2"}, "invalid_field"), ({k: v for k, v in beat(2).items() if k != "sig"},
+                                                           "invalid_field")]
+    for heartbeat, code in cases:
+        with pytest.raises(LiveError) as refused:
+            s.heartbeat(heartbeat)
+        assert refused.value.code == code, (heartbeat, refused.value.code)
+    assert s.last_seq == 1 and s.heartbeat(beat(2)) == key.node_id

@@ -131,7 +131,8 @@ def test_leaving_or_opting_out_ends_the_probe_for_the_other_side_and_silence_tim
 
 
 def test_the_answerer_agrees_only_with_what_it_measured_itself() -> None:
-    assert summarize([1.0, 3.0, 2.0], 4) == {"rtt_ms": 2.0, "jitter_ms": 1.5, "loss": 0.25}
+    # the lowest RTT (the others waited for something else too), not the median 2.0 nor the first or last
+    assert summarize([3.0, 1.0, 2.0], 4) == {"rtt_ms": 1.0, "jitter_ms": 1.5, "loss": 0.25}
     assert agrees(30.0, 25.0) and agrees(1.0, 0.3)  # noise, and the slack at sub-ms RTTs
     assert not agrees(100.0, 25.0) and not agrees(5.0, 25.0)
     with pytest.raises(ValueError, match="no pong"):

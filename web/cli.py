@@ -4,6 +4,7 @@ place that documents each default with its unit), so help texts cannot drift fro
 from __future__ import annotations
 
 import functools
+import socket
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -115,7 +116,9 @@ def tls_files(config: RelayConfig, tls: bool) -> tuple[Path, Path] | None:
         raise UserError(str(exc)) from None
 
 
-def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = None) -> None:
+def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = None,
+          sock: socket.socket | None = None) -> None:
+    """Runs one relay until SIGTERM/SIGINT; on `sock` (bound already: web/processes.py) when given."""
     import uvicorn
 
     from web import logs
@@ -132,20 +135,30 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
     try:
         # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: three identities behind one local
         # "proxy" header once became three hosts. Only the operator's named proxies are believed.
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
-                    proxy_headers=bool(config.trusted_proxies),
-                    forwarded_allow_ips=list(config.trusted_proxies) if config.trusted_proxies else "",
-                    access_log=False, ssl_certfile=str(tls[0]) if tls else None,
-                    ssl_keyfile=str(tls[1]) if tls else None)
+        server = uvicorn.Server(uvicorn.Config(
+            app, host=config.host, port=config.port, log_level="warning", proxy_headers=bool(config.trusted_proxies),
+            forwarded_allow_ips=list(config.trusted_proxies) if config.trusted_proxies else "",
+            access_log=False, ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None))
+        server.run(sockets=[sock] if sock is not None else None)
     except OSError as exc:
         raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None
 
 
 @click.command("relay")
 @relay_options
-def relay_cmd(config: RelayConfig, log_level: str, tls: bool) -> None:
+@click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="relay processes sharing the port (SO_REUSEPORT), each a member of the --nats cluster with its "
+                   "own key and store in DATA_DIR/process-I: one process holds ~1,000-5,000 live sessions per core")
+def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) -> None:
     """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
+    from web.processes import process_configs, run_processes
+
+    configs = process_configs(config, processes)  # checks --nats before anything is written
     files = tls_files(config, tls)
     scheme = "https" if files else "http"
-    click.echo(f"ce-bench relay on {scheme}://{config.host}:{config.port} (data in {config.data_dir})", err=True)
-    serve(config, log_level, files)
+    where = f"{config.data_dir}" if processes == 1 else f"{config.data_dir}/process-0..{processes - 1}"
+    click.echo(f"ce-bench relay on {scheme}://{config.host}:{config.port} (data in {where})", err=True)
+    if processes == 1:
+        serve(config, log_level, files)
+    else:
+        run_processes(configs, log_level, files)

@@ -1,0 +1,77 @@
+"""`ce-bench relay --processes N`: N real relay processes on one port (SO_REUSEPORT), members of one NATS
+cluster: connections spread over them, a profile posted to one is served by all, a process killed comes
+back with the same key, and without NATS the command refuses with a message that names the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import psutil
+from websockets.sync.client import connect
+
+from tests.nats_process import NatsProcess
+from tests.relay_process import CLI, RelayProcess, free_port
+from tests.samples import sample_profile
+from tests.test_relay_cluster import eventually
+
+
+def session_relay(relay: RelayProcess) -> str:
+    """The relay id a new live session is welcomed by (a new connection: the kernel picks the process)."""
+    with connect(relay.url.replace("http://", "ws://") + "/v1/live", open_timeout=10) as ws:
+        return str(json.loads(ws.recv(timeout=10))["relay"])
+
+
+def children(relay: RelayProcess) -> list[psutil.Process]:
+    """The relay processes the supervisor runs (not multiprocessing's resource tracker, not a dead one)."""
+    assert relay.proc is not None
+    found = []
+    for child in psutil.Process(relay.proc.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # it exited while listed
+            continue
+    return found
+
+
+def test_processes_share_a_port_and_one_atlas(tmp_path: Path) -> None:
+    nats = NatsProcess(tmp_path / "nats").start()
+    relay = RelayProcess(tmp_path / "relay", "--nats", nats.url, "--processes", "2", "--ip-rate", "1000")
+    try:
+        relay.start(timeout=60)
+        members = {r["relay"] for r in relay.get("/v1/relays")[1]["relays"]}
+        assert len(members) == 2, members  # each process names the other as a cluster peer
+        seen = {session_relay(relay) for _ in range(24)}  # all on one process: probability 2^-23
+        assert seen == members, (seen, members)
+
+        _, beacon, _ = relay.get("/beacon")
+        key, profile = sample_profile(beacon=beacon)
+        assert relay.post("/v1/profiles", profile)[0] == 201
+        # every process serves it: 12 new connections, spread by the kernel as the sessions above were
+        eventually(lambda: all(relay.get(f"/v1/nodes/{key.node_id}")[0] == 200 for _ in range(12)), 15,
+                   "the profile on every process")
+
+        victim = children(relay)[0]
+        victim.send_signal(signal.SIGKILL)
+        eventually(lambda: len(children(relay)) == 2 and victim.pid not in {c.pid for c in children(relay)}, 30,
+                   "the killed process started again")
+        eventually(lambda: {session_relay(relay) for _ in range(24)} == members, 30,
+                   "the restarted process welcomes sessions under its old id")
+        last = children(relay)
+    finally:
+        relay.stop()
+        nats.stop()
+    assert relay.proc is not None and relay.proc.returncode == 0, relay.log.read_text()[-2000:]
+    assert not [p for p in last if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "a process outlived it"
+
+
+def test_processes_without_nats_are_refused_with_the_fix(tmp_path: Path) -> None:
+    done = subprocess.run([CLI, "relay", "--processes", "2", "--port", str(free_port()), "--data-dir",
+                           str(tmp_path / "relay")], capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert done.returncode == 1, done
+    assert "--processes 2" in done.stderr and "--nats URL" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "relay").exists()  # refused before anything was written
