@@ -38,7 +38,7 @@ from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted
 from web.stats import MICRO, Contribution
 from web.store import Store
-from web.transcripts import TranscriptError, check_transcript, transcript_body
+from web.transcripts import PeerAudit, TranscriptError, check_transcript, rebuild, transcript_body
 from web.trust import Trust
 
 if TYPE_CHECKING:
@@ -76,7 +76,8 @@ class ChallengeDesk:
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
-        self.secret = secrets.token_bytes(32)  # solo challenge moments: unpredictable from public data
+        self.secret = secrets.token_bytes(32)  # solo challenge moments, transcript audits: unpredictable
+        self.audit = PeerAudit(self.config.transcript_audit_fraction)
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
         self._told: dict[str, str] = {}        # the status each node was last told of on its session
@@ -300,7 +301,18 @@ class ChallengeDesk:
             return
         if origin not in self.config.cluster_peers:
             raise TranscriptError("not_a_peer", f"{origin} is not a relay of this cluster (--cluster-peer)")
-        ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
+        if self.audit.due(self.secret, origin, transcript):
+            try:
+                ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
+            except TranscriptError as exc:
+                if exc.code == "wrong_transcript" and origin not in self.audit.caught:
+                    self.audit.failed(origin, exc.detail)
+                    log.error("a peer relay's transcript failed its re-check: all of its transcripts are re-checked "
+                              "from now on", extra={"peer": origin, "error": exc.detail[:200]})
+                raise
+            self.relay.metrics.transcripts_audited += 1
+        else:
+            ch = rebuild(transcript, self.config)  # believed on the peer's signature (checked by the caller)
         c = transcript["challenge"]
         passed, code = bool(c.get("passed")), str(c.get("code"))
         if passed and implausible(ch) is not None:

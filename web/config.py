@@ -136,6 +136,12 @@ class RelayConfig:
     # this fraction of them; a wrong hash, when checked, flags at once.
     challenge_llm_every: int = 3
     challenge_llm_check_fraction: float = 0.1
+    # Share of a peer relay's passed SGEMM and GPU transcripts this relay re-checks (proofs and entries: ~4 ms
+    # of CPU each, measured by bench/capacity.py); the rest are believed on the peer's signature until one
+    # check fails, after which all of that peer's are re-checked (web/transcripts.PeerAudit). 1.0 re-checks
+    # every one, which costs each relay the whole network's roll calls: ~1.4 cores per relay at 100,000
+    # nodes (BENCHMARKS.md, "Capacity model"). Name only relays you run when lowering it.
+    transcript_audit_fraction: float = 1.0
     reactor_wasm: Path = Path(__file__).resolve().parents[1] / "build" / "capsule-reactor.wasm"
 
     # Roll calls (web/rollcall.py): at moments drawn from the beacon, every live session that answers

@@ -41,6 +41,7 @@ class Metrics:
         self.cluster_received = Counter[str]()  # records from NATS by result (profiles, digests, transcripts)
         self.cluster_sent = Counter[str]()      # records this relay published, by kind
         self.peer_probes = Counter[str]()       # node-to-node probes: brokered, measured, and why others ended
+        self.transcripts_audited = 0            # peer relays' transcripts whose work this relay re-checked
 
     def render(self, gauges: dict[str, float]) -> str:
         lines = ["# HELP ce_relay_ingest_total Profiles posted, by result code.",
@@ -55,6 +56,9 @@ class Metrics:
         lines += ["# TYPE ce_relay_probes_total counter", f"ce_relay_probes_total {self.probes}",
                   "# TYPE ce_relay_cluster_sent_total counter"]
         lines += [f'ce_relay_cluster_sent_total{{kind="{k}"}} {n}' for k, n in sorted(self.cluster_sent.items())]
+        lines += ["# HELP ce_relay_transcripts_audited_total Peer relays' transcripts whose work was re-checked.",
+                  "# TYPE ce_relay_transcripts_audited_total counter",
+                  f"ce_relay_transcripts_audited_total {self.transcripts_audited}"]
         lines += ["# HELP ce_relay_peer_probes_total Node-to-node probes brokered, and how each ended.",
                   "# TYPE ce_relay_peer_probes_total counter"]
         lines += [f'ce_relay_peer_probes_total{{outcome="{k}"}} {n}' for k, n in sorted(self.peer_probes.items())]

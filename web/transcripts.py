@@ -9,7 +9,10 @@ NATS and
   challenging relay's word, and any key can sign; a forged transcript from anyone else changes nothing;
 - re-check the work: every opened row against its root (Merkle proof) and `challenge_entries_per_row`
   entries of each row recomputed at columns they draw themselves (check_transcript) — a peer that passed a
-  wrong answer is caught, and the transcript is refused;
+  wrong answer is caught, and the transcript is refused. `transcript_audit_fraction` below 1 re-checks a
+  secret draw of them (PeerAudit: the rest are believed on the peer's signature; one failed check and the
+  peer's transcripts are all re-checked from then on): every relay re-checking every transcript costs each
+  relay the whole network's roll calls (BENCHMARKS.md, "Capacity model");
 - then record the same result into their own trust and, for a roll call, the same proof.
 Reference-model answers carry the token hash and whether the challenging relay recomputed it; recomputing
 it again would cost each relay what the node spent, so that part is the peer's word.
@@ -17,7 +20,10 @@ it again would cost each relay what the node spent, so that part is the peer's w
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from capsule.challenge import ChallengeError, instance_seed
@@ -117,3 +123,31 @@ def check_transcript(transcript: dict[str, Any], rng: random.Random, config: Rel
     if not worst < 1.0:
         raise TranscriptError("wrong_transcript", f"entries off by {worst:.3g}x the fp32 bound")
     return ch
+
+
+def audit_drawn(secret: bytes, transcript: dict[str, Any], fraction: float) -> bool:
+    """Whether this relay re-checks a peer's transcript: a draw keyed by this relay's secret over the
+    transcript's signature, below `fraction`. The peer cannot tell which of its transcripts will be checked."""
+    if fraction >= 1.0:
+        return True
+    if fraction <= 0.0:
+        return False
+    digest = hmac.new(secret, f"ce-bench/v1/audit/{transcript.get('sig')}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+@dataclass
+class PeerAudit:
+    """Which peers' transcripts are believed on their signature at the configured fraction, and which have
+    lost that: one failed re-check and every later transcript of that peer is re-checked (as with fraction
+    1.0), for the life of this relay. A lying peer so gets about 1 / fraction lies before it is caught,
+    then none; a peer with a bug costs CPU, not a split of the cluster."""
+
+    fraction: float
+    caught: dict[str, str] = field(default_factory=dict)  # peer -> the failed check that caught it
+
+    def due(self, secret: bytes, origin: str, transcript: dict[str, Any]) -> bool:
+        return origin in self.caught or audit_drawn(secret, transcript, self.fraction)
+
+    def failed(self, origin: str, reason: str) -> None:
+        self.caught.setdefault(origin, reason)

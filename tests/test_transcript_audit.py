@@ -1,0 +1,102 @@
+"""Peer relays' transcripts re-checked on a secret draw (`--transcript-audit-fraction`): the draw follows the
+fraction and cannot be told from the transcript; a peer whose checked transcript fails is re-checked on every
+transcript afterwards. The desk is a real in-process Relay (its store on disk), the transcripts are genuine
+answers of the capsule's reactor, signed by a peer's key; the cheater here is that peer relay, which signs
+work it altered."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from capsule.signing import sign
+from common.keys import NodeKey
+from tests.samples import sample_profile
+from tests.transcripts import answered_transcript
+from web.config import RelayConfig
+from web.relay import Relay
+from web.summary import ProfileSummary
+from web.transcripts import PeerAudit, TranscriptError, audit_drawn
+
+
+def test_the_draw_follows_the_fraction_and_the_relays_secret() -> None:
+    bodies = [{"sig": secrets.token_urlsafe(64)} for _ in range(4000)]
+    one, other = secrets.token_bytes(32), secrets.token_bytes(32)
+    for fraction in (0.05, 0.5):
+        drawn = [audit_drawn(one, b, fraction) for b in bodies]
+        expected, sd = 4000 * fraction, (4000 * fraction * (1 - fraction)) ** 0.5
+        assert abs(sum(drawn) - expected) < 5 * sd, (fraction, sum(drawn))  # 5 sd: fails once in 1.7 million
+        assert drawn == [audit_drawn(one, b, fraction) for b in bodies]  # the same transcript, the same draw
+        overlap = sum(a and audit_drawn(other, b, fraction) for a, b in zip(drawn, bodies, strict=True))
+        assert abs(overlap - expected * fraction) < 5 * (expected * fraction) ** 0.5 + 5  # another relay: independent
+    assert not any(audit_drawn(one, b, 0.0) for b in bodies) and all(audit_drawn(one, b, 1.0) for b in bodies)
+    audit = PeerAudit(0.0)
+    assert not audit.due(one, "peer", bodies[0])
+    audit.failed("peer", "entries off")
+    assert audit.due(one, "peer", bodies[0]) and not audit.due(one, "other", bodies[0])
+
+
+def altered(body: dict[str, Any]) -> dict[str, Any]:
+    """The same answer with every value of the first opened row changed (the work is no longer the product)."""
+    out = json.loads(json.dumps(body))
+    row = out["challenge"]["opened"][0]
+    values = np.frombuffer(base64.b64decode(row["values"]), "<f4").copy()
+    values[:] += 1.0
+    row["values"] = base64.b64encode(values.tobytes()).decode()
+    return out
+
+
+@pytest.fixture
+def desk_of(tmp_path: Path) -> Any:
+    relays: list[Relay] = []
+
+    def make(peer: NodeKey, node: NodeKey, fraction: float) -> Relay:
+        relay = Relay(RelayConfig(data_dir=tmp_path / f"relay{len(relays)}", cluster_peers=(peer.node_id,),
+                                  transcript_audit_fraction=fraction))
+        _, profile = sample_profile(node)
+        relay.atlas.put(ProfileSummary.of_profile(profile), peer.node_id, 0.0)
+        relays.append(relay)
+        return relay
+
+    yield make
+    for relay in relays:
+        relay.store.close()
+
+
+def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: Any, artifacts: Any) -> None:
+    peer, node = NodeKey.generate(), NodeKey.generate()
+    genuine = answered_transcript(artifacts.reactor, peer.node_id, node.node_id, 20.0, 1, 0.2)
+
+    # every transcript checked (the default): the genuine one is recorded, the altered one refused
+    strict = desk_of(peer, node, 1.0)
+    asyncio.run(strict.challenges.apply_transcript(sign("Transcript", genuine, peer)))
+    assert strict.metrics.transcripts_audited == 1 and strict.challenges.trust[node.node_id].passes_total == 1
+    with pytest.raises(TranscriptError) as refused:
+        asyncio.run(strict.challenges.apply_transcript(sign("Transcript", altered(genuine), peer)))
+    assert refused.value.code == "wrong_transcript" and strict.challenges.trust[node.node_id].passes_total == 1
+
+    # half checked: altered transcripts (each signed afresh, so each is a new draw) pass unchecked until the
+    # first one drawn fails; from then on every one is checked and refused
+    sampled = desk_of(peer, node, 0.5)
+    outcomes = []
+    for at in range(40):
+        try:
+            fresh = sign("Transcript", {**altered(genuine), "at": genuine["at"] + at}, peer)
+            asyncio.run(sampled.challenges.apply_transcript(fresh))
+            outcomes.append("believed")
+        except TranscriptError as exc:
+            outcomes.append(exc.code)
+    first = outcomes.index("wrong_transcript")
+    assert set(outcomes[:first]) <= {"believed"} and set(outcomes[first:]) == {"wrong_transcript"}, outcomes
+    assert peer.node_id in sampled.challenges.audit.caught
+    assert sampled.metrics.transcripts_audited == 0  # none of the checked ones passed
+    believed = sampled.challenges.trust.get(node.node_id)
+    assert (believed.passes_total if believed else 0) == first  # what was believed before the catch
+    assert first < 20  # a check at one chance in two: 20 misses in a row have odds 1 in a million
