@@ -45,7 +45,7 @@ def test_the_draw_follows_the_fraction_and_the_relays_secret() -> None:
 
 def altered(body: dict[str, Any]) -> dict[str, Any]:
     """The same answer with every value of the first opened row changed (the work is no longer the product)."""
-    out = json.loads(json.dumps(body))
+    out: dict[str, Any] = json.loads(json.dumps(body))
     row = out["challenge"]["opened"][0]
     values = np.frombuffer(base64.b64decode(row["values"]), "<f4").copy()
     values[:] += 1.0
