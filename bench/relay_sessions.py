@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -99,6 +100,20 @@ async def beats(ws: ClientConnection, key: NodeKey, session_id: str, interval: f
     await ws.close()
 
 
+pauses: list[float] = []  # the generator's garbage collections longer than 20 ms while a step is held
+_gc_started: list[float] = []
+
+
+def _gc_timer(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _gc_started[:] = [time.perf_counter()]
+    elif _gc_started and time.perf_counter() - _gc_started[0] > 0.02:
+        pauses.append(time.perf_counter() - _gc_started[0])
+
+
+gc.callbacks.append(_gc_timer)
+
+
 def family(pid: int) -> list[int]:
     """The relay's pid and its children's (the processes of --processes N)."""
     return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
@@ -140,6 +155,8 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
                 await asyncio.sleep(0.2)  # ramp ~1,000 handshakes/s
         ramp_s = time.perf_counter() - t0
         await asyncio.sleep(6)  # every session has sent its first heartbeat
+        gc.freeze()  # the generator's own full collections would stall its loop and read as relay latency
+        pauses.clear()
         stats.ack_s, stats.errors, stats.recording = [], [], True
         relay_cpu0, gen_cpu0 = cpu_s(relay.proc.pid), time.process_time()
         await asyncio.sleep(hold_s)
@@ -151,10 +168,11 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
         p50, p99 = (pct(acks, 0.5) * 1000, pct(acks, 0.99) * 1000) if acks else (float("nan"),) * 2
         reference_p99 = reference_p99 or p99
         errors = {e: stats.errors.count(e) for e in sorted(set(stats.errors))}
+        held = f", generator GC pauses >20 ms: {len(pauses)} (max {max(pauses, default=0) * 1000:.0f} ms)"
         print(f"{n:>6} sessions (ramp {ramp_s:.0f} s): {open_now} open, {len(acks)} acks in {hold_s:.0f} s "
               f"({len(acks) / hold_s:.0f}/s), ack p50 {p50:.1f} ms, p99 {p99:.1f} ms "
               f"(x{p99 / reference_p99:.1f} the {steps[0]}-session p99), relay RSS {rss_mib(relay.proc.pid):.0f} MiB"
-              f", CPU relay {relay_cpu:.0f}% generator {gen_cpu:.0f}% (of one core), errors {errors or 'none'}",
+              f", CPU relay {relay_cpu:.0f}% generator {gen_cpu:.0f}% (of one core), errors {errors or 'none'}{held}",
               flush=True)
         if open_now < n * 0.99:
             print(f"broke at {n}: only {open_now} sessions open", flush=True)

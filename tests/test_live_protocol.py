@@ -140,3 +140,17 @@ def test_the_first_heartbeat_proves_the_key_and_later_ones_stay_with_that_node()
             s.heartbeat(heartbeat)
         assert refused.value.code == code, (heartbeat, refused.value.code)
     assert s.last_seq == 1 and s.heartbeat(beat(2)) == key.node_id
+
+
+def test_a_transfer_faster_than_physics_gives_no_figure() -> None:
+    """On loopback the RTT taken off can leave a few microseconds for 256 KiB: the figure would exceed the
+    link schema's bound (capsule.model LINK_BW_MAX_MBPS) and every link sample after it would be refused."""
+    from capsule.model import LINK_BW_MAX_MBPS
+
+    s = Session("0" * 32)
+    s.node_id, s.rtt_ms = NODE, 1.0
+    s.start_bw_probe(now=10.0)
+    seconds_at_max = 8 * 256 * 1024 / (LINK_BW_MAX_MBPS * 1e6)
+    assert s.bw_ack(256 * 1024, now=10.0 + 0.001 + seconds_at_max / 2) is None and s.bw_mbps is None
+    s.start_bw_probe(now=20.0)
+    assert s.bw_ack(256 * 1024, now=20.0 + 0.001 + seconds_at_max * 2) == pytest.approx(LINK_BW_MAX_MBPS / 2, rel=1e-3)

@@ -4,6 +4,7 @@ over web.relay.Relay. Every refusal is an RFC 9457 problem; nothing a client sen
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import logging
@@ -242,7 +243,9 @@ async def metrics(request: Request) -> Response:
     relay = relay_of(request)
     gauges = {"ce_relay_live_nodes": len(relay.atlas.live), "ce_relay_atlas_nodes": len(relay.atlas.nodes),
               "ce_relay_ws_sessions": relay.metrics.ws_sessions,
-              "ce_relay_beacon_round": (relay.beacons.latest or {}).get("round", -1)}
+              "ce_relay_beacon_round": (relay.beacons.latest or {}).get("round", -1),
+              "ce_relay_gc_full_seconds": relay.gc.last_full_s if relay.gc.last_full_s is not None else -1,
+              "ce_relay_gc_frozen_objects": gc.get_freeze_count()}
     return PlainTextResponse(relay.metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
 

@@ -141,7 +141,11 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
         server = uvicorn.Server(uvicorn.Config(
             app, host=config.host, port=config.port, log_level="warning", proxy_headers=bool(config.trusted_proxies),
             forwarded_allow_ips=list(config.trusted_proxies) if config.trusted_proxies else "",
-            access_log=False, ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None))
+            access_log=False, ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None,
+            # no permessage-deflate: compressing every frame was a third of the relay's CPU at 10,000 sessions
+            # (py-spy, BENCHMARKS.md), most of it the 256 KiB bandwidth probe, random and so incompressible (and
+            # a compressed probe would not time the link); the JSON frames are a few hundred bytes
+            ws_per_message_deflate=False))
         server.run(sockets=[sock] if sock is not None else None)
     except OSError as exc:
         raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None

@@ -63,6 +63,10 @@ class RelayConfig:
 
     # How often the relay looks for nodes that went silent.
     sweep_interval_s: float = 1.0
+    # Garbage collection (web/gc_policy.py says why): objects alive are frozen every gc_freeze_interval_s, so
+    # automatic collections scan only what is newer; everything is collected once every gc_full_interval_s.
+    gc_freeze_interval_s: float = 10.0
+    gc_full_interval_s: float = 900.0
 
     # Rate limits (token buckets). Per client IP: requests per second and burst.
     ip_rate_per_s: float = 50.0

@@ -23,11 +23,12 @@ never the session, until MAX_ERRORS of them.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsule.model import Heartbeat
+from capsule.model import LINK_BW_MAX_MBPS, Heartbeat
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError, parse
 
@@ -164,9 +165,12 @@ class Session:
             raise LiveError("unexpected_bw_ack", "no bandwidth probe of that size is outstanding")
         transfer_s = now - self.bw_sent_at - (self.rtt_ms or 0.0) / 1000
         self.bw_sent_at = None
-        if transfer_s <= 0:
-            return None  # faster than the timer can tell: no figure rather than an infinite one
-        self.bw_mbps = round(8 * BW_PROBE_BYTES / transfer_s / 1e6, 1)
+        mbps = 8 * BW_PROBE_BYTES / transfer_s / 1e6 if transfer_s > 0 else math.inf
+        if mbps > LINK_BW_MAX_MBPS:
+            # faster than the timer can tell (loopback, where the RTT taken off is most of the time): no
+            # figure rather than one beyond physics, which the link sample's schema would refuse
+            return None
+        self.bw_mbps = round(mbps, 1)
         return self.bw_mbps
 
     def link_body(self, relay_id: str, now: float) -> dict[str, Any] | None:

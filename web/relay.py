@@ -19,6 +19,7 @@ from web.atlas import Atlas
 from web.beacon import next_round
 from web.challenge_desk import ChallengeDesk
 from web.config import RelayConfig
+from web.gc_policy import GcPolicy
 from web.ingest import BeaconBook, Ingest, parse_json
 from web.links import LinkBook, fitted_book
 from web.metrics import Metrics
@@ -58,6 +59,7 @@ class Relay:
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
         self._tasks: list[asyncio.Task[None]] = []
         self.stats_history: deque[dict[str, Any]] = deque(maxlen=config.stats_history_kept)
+        self.gc = GcPolicy(config.gc_freeze_interval_s, config.gc_full_interval_s)
 
     async def start(self) -> None:
         now = time.time()
@@ -95,7 +97,8 @@ class Relay:
                        asyncio.create_task(self._every(1.0, self.peers.tick)),
                        asyncio.create_task(self._every(self.config.landmark_mesh_interval_s, self.probe_peer_relays)),
                        asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats)),
-                       asyncio.create_task(self._every(self.config.link_refit_interval_s, self.refit_links))]
+                       asyncio.create_task(self._every(self.config.link_refit_interval_s, self.refit_links)),
+                       asyncio.create_task(self._every(self.config.gc_freeze_interval_s, self._collect))]
         await self.sample_stats()
         if self.config.nats_url:
             from web.cluster import Cluster
@@ -113,6 +116,9 @@ class Relay:
             await self.cluster.stop()
         self.verifier.close()
         self.store.close()
+
+    async def _collect(self) -> None:
+        self.gc.tick(time.monotonic())
 
     async def _every(self, interval_s: float, job: Any) -> None:
         while True:
