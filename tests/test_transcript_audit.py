@@ -19,6 +19,7 @@ import pytest
 from capsule.signing import sign
 from common.keys import NodeKey
 from tests.samples import sample_profile
+from tests.threaded import in_thread
 from tests.transcripts import answered_transcript
 from web.config import RelayConfig
 from web.relay import Relay
@@ -41,6 +42,11 @@ def test_the_draw_follows_the_fraction_and_the_relays_secret() -> None:
     assert not audit.due(one, "peer", bodies[0])
     audit.failed("peer", "entries off")
     assert audit.due(one, "peer", bodies[0]) and not audit.due(one, "other", bodies[0])
+
+
+def run(coroutine: Any) -> None:
+    """On a loop of its own thread: a browser test before this one leaves playwright's loop in this thread."""
+    in_thread(asyncio.run, coroutine)
 
 
 def altered(body: dict[str, Any]) -> dict[str, Any]:
@@ -76,10 +82,10 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
 
     # every transcript checked (the default): the genuine one is recorded, the altered one refused
     strict = desk_of(peer, node, 1.0)
-    asyncio.run(strict.challenges.apply_transcript(sign("Transcript", genuine, peer)))
+    run(strict.challenges.apply_transcript(sign("Transcript", genuine, peer)))
     assert strict.metrics.transcripts_audited == 1 and strict.challenges.trust[node.node_id].passes_total == 1
     with pytest.raises(TranscriptError) as refused:
-        asyncio.run(strict.challenges.apply_transcript(sign("Transcript", altered(genuine), peer)))
+        run(strict.challenges.apply_transcript(sign("Transcript", altered(genuine), peer)))
     assert refused.value.code == "wrong_transcript" and strict.challenges.trust[node.node_id].passes_total == 1
 
     # half checked: altered transcripts (each signed afresh, so each is a new draw) pass unchecked until the
@@ -89,7 +95,7 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     for at in range(40):
         try:
             fresh = sign("Transcript", {**altered(genuine), "at": genuine["at"] + at}, peer)
-            asyncio.run(sampled.challenges.apply_transcript(fresh))
+            run(sampled.challenges.apply_transcript(fresh))
             outcomes.append("believed")
         except TranscriptError as exc:
             outcomes.append(exc.code)

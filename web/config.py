@@ -66,7 +66,7 @@ class RelayConfig:
     # Garbage collection (web/gc_policy.py says why): objects alive are frozen every gc_freeze_interval_s, so
     # automatic collections scan only what is newer; everything is collected once every gc_full_interval_s.
     gc_freeze_interval_s: float = 10.0
-    gc_full_interval_s: float = 900.0
+    gc_full_interval_s: float = 300.0  # cycles that were pending at a freeze wait until then
 
     # Rate limits (token buckets). Per client IP: requests per second and burst.
     ip_rate_per_s: float = 50.0
@@ -86,6 +86,11 @@ class RelayConfig:
     # (200 passes over up to 250 confirmed edges; fewer passes beyond: ~0.3 s of CPU here).
     link_refit_interval_s: float = 10.0
     link_refit_updates: int = 50_000
+    # Share of the time refits may take (web/relay.py refit_links): after a refit that took T, the next waits
+    # T x (1 / duty - 1). A refit is pure Python in a thread, so while it runs the event loop gets about half
+    # of its core; at 10,000 sessions (a refit every 10 s) that was 21% of the relay's samples (py-spy) and
+    # seconds on the heartbeat ack p99.
+    link_refit_max_duty: float = 0.05
     # A relay's own edge (its sessions measure one every 3 pings) goes to the cluster only when its RTT moved
     # by more than link_gossip_change (a share) and link_gossip_min_ms since the one last sent, at most once
     # per link_gossip_min_interval_s, or link_gossip_every_s later: every edge of every session was 150 NATS

@@ -60,6 +60,7 @@ class Relay:
         self._tasks: list[asyncio.Task[None]] = []
         self.stats_history: deque[dict[str, Any]] = deque(maxlen=config.stats_history_kept)
         self.gc = GcPolicy(config.gc_freeze_interval_s, config.gc_full_interval_s)
+        self._refit_not_before = 0.0  # monotonic seconds: refits keep to link_refit_max_duty
 
     async def start(self) -> None:
         now = time.time()
@@ -226,11 +227,16 @@ class Relay:
         return sign("LinkSample", body, self.key, "sig_b")
 
     async def refit_links(self) -> None:
-        """Refits the coordinates from every sample held (web/links.py), beside the event loop."""
-        if self.links.refit_due():
+        """Refits the coordinates from every sample held (web/links.py), beside the event loop, at most
+        link_refit_max_duty of the time: a refit is pure Python, and while it holds the GIL the event loop
+        gets about half of its core (at 10,000 sessions, refits back to back put seconds on heartbeat acks)."""
+        if self.links.refit_due() and time.monotonic() >= self._refit_not_before:
             version, samples = self.links.version, list(self.links.shared.values())
+            started = time.monotonic()
             fitted = await asyncio.to_thread(fitted_book, self.relay_id, self.config, samples)
             self.links.take_fit(fitted, version)
+            took = time.monotonic() - started
+            self._refit_not_before = time.monotonic() + took * (1 / self.config.link_refit_max_duty - 1)
 
     async def add_link(self, body: bytes, now: float, from_cluster: bool = False) -> dict[str, Any]:
         """Verifies a co-signed LinkSample (POST /v1/links, the node's answer on a live session, or a peer
