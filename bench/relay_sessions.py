@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,8 @@ def register_nodes(relay: RelayProcess, count: int) -> tuple[list[tuple[NodeKey,
     pairs = [sample_profile(beacon=beacon) for _ in range(count)]
     reqs = [post_request("127.0.0.1", relay.port, "/v1/profiles", json.dumps(p).encode()) for _, p in pairs]
     _, statuses, wall = asyncio.run(run_closed_loop("127.0.0.1", relay.port, reqs, 32))
-    assert all(s == 201 for s in statuses), "registration failed"
+    if not all(s == 201 for s in statuses):
+        raise SystemExit(f"registration failed: {sorted(Counter(statuses).items())}")
     return pairs, wall
 
 
@@ -202,9 +204,11 @@ def main() -> int:
     steps = [int(x) for x in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         nats = NatsProcess(Path(tmp) / "nats").start() if args.processes > 1 else None
-        cluster = ["--nats", nats.url, "--processes", str(args.processes)] if nats else []
+        cluster = ["--nats", nats.url, "--processes", str(args.processes), "--beacon-interval", "2"] if nats else []
         relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning", *cluster)
         relay.start(timeout=60)
+        if nats:
+            time.sleep(5)  # every process has heard the others' rounds: the profiles cite one of them
         try:
             pairs, wall = register_nodes(relay, max(steps))
             assert relay.proc is not None

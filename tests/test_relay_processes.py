@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -40,7 +41,8 @@ def children(relay: RelayProcess) -> list[psutil.Process]:
 
 def test_processes_share_a_port_and_one_atlas(tmp_path: Path) -> None:
     nats = NatsProcess(tmp_path / "nats").start()
-    relay = RelayProcess(tmp_path / "relay", "--nats", nats.url, "--processes", "2", "--ip-rate", "1000")
+    relay = RelayProcess(tmp_path / "relay", "--nats", nats.url, "--processes", "2", "--ip-rate", "1000",
+                         "--beacon-interval", "1")
     try:
         relay.start(timeout=60)
         members = {r["relay"] for r in relay.get("/v1/relays")[1]["relays"]}
@@ -48,9 +50,18 @@ def test_processes_share_a_port_and_one_atlas(tmp_path: Path) -> None:
         seen = {session_relay(relay) for _ in range(24)}  # all on one process: probability 2^-23
         assert seen == members, (seen, members)
 
-        _, beacon, _ = relay.get("/beacon")
-        key, profile = sample_profile(beacon=beacon)
-        assert relay.post("/v1/profiles", profile)[0] == 201
+        eventually(lambda: all(all(r["last_seen"] for r in relay.get("/v1/relays")[1]["relays"]) for _ in range(6)),
+                   30, "each process has heard the other's beacon rounds")
+        time.sleep(1.5)  # a round issued since then: known to both
+        # a node takes the beacon from one process and may post to the other: every process honours its peers'
+        # rounds (12 tries: all on one process has odds 2^-11)
+        posted = []
+        for _ in range(12):
+            _, beacon, _ = relay.get("/beacon")
+            key, profile = sample_profile(beacon=beacon)
+            posted.append((beacon["relay"], relay.post("/v1/profiles", profile)))
+        assert all(status == 201 for _, (status, _) in posted), posted
+        assert {cited for cited, _ in posted} == members  # both processes' beacons were cited
         # every process serves it: 12 new connections, spread by the kernel as the sessions above were
         eventually(lambda: all(relay.get(f"/v1/nodes/{key.node_id}")[0] == 200 for _ in range(12)), 15,
                    "the profile on every process")

@@ -77,6 +77,8 @@ class Cluster:
         await self.nc.subscribe(SUBJECT_LINKS, cb=self._on_link_message)
         self._catch_up_needed.set()
         self._tasks = [asyncio.create_task(self._sync_loop()), asyncio.create_task(self._digest_loop())]
+        if self.relay.beacons.latest is not None:  # issued before NATS was up: peers honour profiles citing it
+            self.publish_beacon(self.relay.beacons.latest)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -284,6 +286,7 @@ class Cluster:
             return  # our own, or not a relay of this cluster: draws nothing here
         now = time.time()
         self.peers_seen[relay] = now
+        self.relay.ingest.peer_beacon(beacon)  # profiles may cite it here (a balancer, --processes)
         if self.leader(now) == relay:
             self.relay.challenges.roll.on_beacon(beacon)
 

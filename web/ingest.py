@@ -86,6 +86,9 @@ class Ingest:
         self.config = config
         self.atlas = atlas
         self.beacons = beacons
+        # the rounds of the cluster's peer relays (verified on NATS, named peers only): a node behind a balancer
+        # or `--processes` fetches /beacon from one relay and may post its profile to another
+        self.peer_beacons: dict[str, BeaconBook] = {}
         self.node_limits = TokenBuckets(config.node_rate_per_min / 60.0, config.node_burst)
 
     def check(self, body: bytes, now: float) -> tuple[VerifiedProfile, bool]:
@@ -124,11 +127,12 @@ class Ingest:
 
     def _check_beacon(self, profile: dict[str, Any], now: float) -> None:
         cited = profile["beacon"]
-        if cited["relay"] != self.beacons.relay_id:
-            raise Problem(422, "unknown_beacon", "the beacon was not issued by this relay",
+        book = self.beacons if cited["relay"] == self.beacons.relay_id else self.peer_beacons.get(cited["relay"])
+        if book is None:
+            raise Problem(422, "unknown_beacon", "the beacon was not issued by this relay nor a peer of its cluster",
                           f"beacon.relay is {cited['relay']}; this relay is {self.beacons.relay_id} "
                           "(take the beacon from GET /beacon of the relay you report to)", "$.beacon.relay")
-        beacon = self.beacons.rounds.get(cited["round"])
+        beacon = book.rounds.get(cited["round"])
         if beacon is None:
             raise Problem(422, "unknown_beacon", "this relay has no such beacon round",
                           f"round {cited['round']} is unknown or expired", "$.beacon.round")
@@ -143,3 +147,10 @@ class Ingest:
             raise Problem(422, "measured_before_beacon", "the profile claims a time before its beacon round",
                           f"measured_at {profile['measured_at']} < round issued_at {beacon['issued_at']}",
                           "$.measured_at")
+
+    def peer_beacon(self, beacon: dict[str, Any]) -> None:
+        """A verified round of a named peer relay of the cluster (web/cluster.py)."""
+        relay = str(beacon["relay"])
+        if relay not in self.peer_beacons:
+            self.peer_beacons[relay] = BeaconBook(relay, self.config.beacon_keep_rounds)
+        self.peer_beacons[relay].add(beacon)
