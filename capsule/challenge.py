@@ -71,7 +71,9 @@ def reps_for(claimed_gflops: float, instances: int, n: int, target_s: float) -> 
     Rounded down, not to the nearest: roll calls hold every answer to one deadline (deadline_factor x
     target_s) and count at most work / target_s, so work beyond target_s at the claim only eats an honest
     node's margin. Rounding to the nearest once asked 4 products where 3.76 fit (1.06 s at the claim): an
-    honest node answering at 0.8x its claim on busy cores (CI, 2026-12-04) missed every roll call."""
+    honest node answering at 0.8x its claim on busy cores (CI, 2026-12-04) missed every roll call. The price:
+    a roll call counts at most floor(x) / x of the claim, x being the products that fit (3 of 3.76: 80%; 1 of
+    1.9: 53%); finer units of work (part of a product) would remove it and are not built yet."""
     per_instance = max(claimed_gflops, 0.0) / max(instances, 1) * 1e9
     reps = math.floor(per_instance * target_s / (2 * n**3))
     return int(max(1, min(reps, MAX_BYTES // (4 * n * n))))
