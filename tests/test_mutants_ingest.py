@@ -123,7 +123,7 @@ def test_a_beacon_of_another_relay() -> None:
     other = NodeKey.generate().node_id
     profile = sample_profile(beacon={**relay.beacon, "relay": other}, measured_at=ISSUED + 10)[1]
     assert problem(lambda: relay.admit(profile)) == (
-        422, "unknown_beacon", "the beacon was not issued by this relay",
+        422, "unknown_beacon", "the beacon was not issued by this relay nor a peer of its cluster",
         f"beacon.relay is {other}; this relay is {relay.key.node_id} (take the beacon from GET /beacon of the "
         "relay you report to)", "$.beacon.relay", {})
 

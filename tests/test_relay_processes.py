@@ -21,9 +21,13 @@ from tests.test_relay_cluster import eventually
 
 
 def session_relay(relay: RelayProcess) -> str:
-    """The relay id a new live session is welcomed by (a new connection: the kernel picks the process)."""
-    with connect(relay.url.replace("http://", "ws://") + "/v1/live", open_timeout=10) as ws:
-        return str(json.loads(ws.recv(timeout=10))["relay"])
+    """The relay id a new live session is welcomed by (a new connection: the kernel picks the process);
+    "" when the connection failed (a process restarting)."""
+    try:
+        with connect(relay.url.replace("http://", "ws://") + "/v1/live", open_timeout=5) as ws:
+            return str(json.loads(ws.recv(timeout=5))["relay"])
+    except (OSError, TimeoutError, ValueError, KeyError):
+        return ""
 
 
 def children(relay: RelayProcess) -> list[psutil.Process]:
@@ -47,8 +51,9 @@ def test_processes_share_a_port_and_one_atlas(tmp_path: Path) -> None:
         relay.start(timeout=60)
         members = {r["relay"] for r in relay.get("/v1/relays")[1]["relays"]}
         assert len(members) == 2, members  # each process names the other as a cluster peer
-        seen = {session_relay(relay) for _ in range(24)}  # all on one process: probability 2^-23
-        assert seen == members, (seen, members)
+        # start() returns once one process answers: the other may still be starting
+        eventually(lambda: {session_relay(relay) for _ in range(24)} == members, 30,
+                   "sessions welcomed by both processes")  # all 24 on one process: odds 2^-23
 
         eventually(lambda: all(all(r["last_seen"] for r in relay.get("/v1/relays")[1]["relays"]) for _ in range(6)),
                    30, "each process has heard the other's beacon rounds")

@@ -106,3 +106,23 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     believed = sampled.challenges.trust.get(node.node_id)
     assert (believed.passes_total if believed else 0) == first  # what was believed before the catch
     assert first < 20  # a check at one chance in two: 20 misses in a row have odds 1 in a million
+
+
+def test_a_transcript_refused_for_its_form_or_physics_catches_its_peer_unchecked(desk_of: Any,
+                                                                               artifacts: Any) -> None:
+    """Believed without a re-check (fraction 0), a transcript must still have the form of a passed answer and
+    stay within physics; one that does not catches its peer, whose transcripts are all re-checked after."""
+    peer, node = NodeKey.generate(), NodeKey.generate()
+    genuine = answered_transcript(artifacts.reactor, peer.node_id, node.node_id, 20.0, 1, 0.2)
+    no_roots = json.loads(json.dumps(genuine))
+    no_roots["challenge"]["roots"] = []
+    too_fast = json.loads(json.dumps(genuine))
+    too_fast["challenge"]["commit_s"] = 1e-6  # the same work in a microsecond: beyond any CPU
+    for bad, code in ((no_roots, "invalid_transcript"), (too_fast, "wrong_transcript")):
+        relay = desk_of(peer, node, 0.0)
+        with pytest.raises(TranscriptError) as refused:
+            run(relay.challenges.apply_transcript(sign("Transcript", bad, peer)))
+        assert refused.value.code == code and peer.node_id in relay.challenges.audit.caught
+        run(relay.challenges.apply_transcript(sign("Transcript", genuine, peer)))
+        assert relay.metrics.transcripts_audited == 1  # caught: the genuine one after it was re-checked
+        assert relay.challenges.trust[node.node_id].passes_total == 1

@@ -38,7 +38,7 @@ from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted
 from web.stats import MICRO, Contribution
 from web.store import Store
-from web.transcripts import PeerAudit, TranscriptError, check_transcript, rebuild, transcript_body
+from web.transcripts import PeerAudit, TranscriptError, check_transcript, structure, transcript_body
 from web.trust import Trust
 
 if TYPE_CHECKING:
@@ -301,22 +301,24 @@ class ChallengeDesk:
             return
         if origin not in self.config.cluster_peers:
             raise TranscriptError("not_a_peer", f"{origin} is not a relay of this cluster (--cluster-peer)")
-        if self.audit.due(self.secret, origin, transcript):
-            try:
-                ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
-            except TranscriptError as exc:
-                if exc.code == "wrong_transcript" and origin not in self.audit.caught:
-                    self.audit.failed(origin, exc.detail)
-                    log.error("a peer relay's transcript failed its re-check: all of its transcripts are re-checked "
-                              "from now on", extra={"peer": origin, "error": exc.detail[:200]})
-                raise
-            self.relay.metrics.transcripts_audited += 1
-        else:
-            ch = rebuild(transcript, self.config)  # believed on the peer's signature (checked by the caller)
         c = transcript["challenge"]
         passed, code = bool(c.get("passed")), str(c.get("code"))
-        if passed and implausible(ch) is not None:
-            raise TranscriptError("wrong_transcript", f"passed an answer beyond physics: {implausible(ch)}")
+        try:
+            if self.audit.due(self.secret, origin, transcript):
+                ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
+                self.relay.metrics.transcripts_audited += 1
+            else:  # believed on the peer's signature (checked by the caller), once its form holds
+                ch = structure(transcript, self.config)
+            if passed and implausible(ch) is not None:
+                raise TranscriptError("wrong_transcript", f"passed an answer beyond physics: {implausible(ch)}")
+        except TranscriptError as exc:
+            # any signed transcript refused for what it says (not for whom it names) costs its relay the
+            # benefit of the doubt: from now on every one of its transcripts is re-checked
+            if origin not in self.audit.caught:
+                self.audit.failed(origin, f"{exc.code}: {exc.detail}")
+                log.error("a peer relay's transcript was refused: all of its transcripts are re-checked from now "
+                          "on", extra={"peer": origin, "error": f"{exc.code}: {exc.detail}"[:200]})
+            raise
         if ch.node_id not in self.relay.atlas.nodes:
             raise TranscriptError("unknown_node", "no profile of this node here yet")
         now = min(float(transcript["at"]), time.time())

@@ -3,6 +3,7 @@ place that documents each default with its unit), so help texts cannot drift fro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import sqlite3
@@ -146,7 +147,8 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
             # (py-spy, BENCHMARKS.md), most of it the 256 KiB bandwidth probe, random and so incompressible (and
             # a compressed probe would not time the link); the JSON frames are a few hundred bytes
             ws_per_message_deflate=False))
-        server.run(sockets=[sock] if sock is not None else None)
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down gracefully for
+            server.run(sockets=[sock] if sock is not None else None)
     except OSError as exc:
         raise UserError(f"cannot serve on {config.host}:{config.port}: {exc.strerror}") from None
 
@@ -160,6 +162,8 @@ def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) ->
     """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
     from web.processes import process_configs, run_processes
 
+    if processes > 1 and config.port == 0:
+        raise UserError("--processes needs a fixed --port: with port 0 each process would take another port")
     configs = process_configs(config, processes)  # checks --nats before anything is written
     files = tls_files(config, tls)
     scheme = "https" if files else "http"

@@ -95,6 +95,8 @@ class Cluster:
 
     async def _on_reconnected(self) -> None:
         log.info("nats reconnected; catching up")
+        if self.relay.beacons.latest is not None:  # issued while away: peers honour profiles citing it
+            self.publish_beacon(self.relay.beacons.latest)
         self.kv = self.kv_links = None
         self._catch_up_needed.set()
 

@@ -10,6 +10,7 @@ spend a node's rate budget. No I/O here: the Starlette endpoint stores what this
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +152,7 @@ class Ingest:
     def peer_beacon(self, beacon: dict[str, Any]) -> None:
         """A verified round of a named peer relay of the cluster (web/cluster.py)."""
         relay = str(beacon["relay"])
-        if relay not in self.peer_beacons:
-            self.peer_beacons[relay] = BeaconBook(relay, self.config.beacon_keep_rounds)
+        if relay not in self.peer_beacons:  # only the rounds a profile may still cite (beacon_window_s)
+            keep = math.ceil(self.config.beacon_window_s / self.config.beacon_interval_s) + 2
+            self.peer_beacons[relay] = BeaconBook(relay, keep)
         self.peer_beacons[relay].add(beacon)

@@ -163,7 +163,10 @@ class Session:
         """Completes a bandwidth probe (now in perf_counter seconds); Mbit/s, or None if it makes no sense."""
         if self.bw_sent_at is None or n != BW_PROBE_BYTES:
             raise LiveError("unexpected_bw_ack", "no bandwidth probe of that size is outstanding")
-        transfer_s = now - self.bw_sent_at - (self.rtt_ms or 0.0) / 1000
+        # the lowest recent RTT: the smoothed one is raised by a node that holds some pongs back, which would
+        # shorten the transfer and raise the figure (a node cannot make a pong come back early)
+        lowest_ms = min(self.rtt_recent) if self.rtt_recent else (self.rtt_ms or 0.0)
+        transfer_s = now - self.bw_sent_at - lowest_ms / 1000
         self.bw_sent_at = None
         mbps = 8 * BW_PROBE_BYTES / transfer_s / 1e6 if transfer_s > 0 else math.inf
         if mbps > LINK_BW_MAX_MBPS:

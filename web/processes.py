@@ -9,6 +9,7 @@ is started again; its sessions reconnect to the port (another process takes them
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
@@ -61,16 +62,15 @@ def shared_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise UserError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    return sock  # not listening yet: uvicorn listens once the relay has started (no connection waits on a start)
 
 
 def _child(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None) -> None:
     from web.cli import serve
 
     try:
-        serve(config, log_level, tls, sock=shared_socket(config.host, config.port))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reaches the whole group: the supervisor stops all
+            serve(config, log_level, tls, sock=shared_socket(config.host, config.port))
     except UserError as exc:
         logging.getLogger("ce_bench.relay").error("relay process stopped: %s", exc)
         raise SystemExit(2) from None
@@ -108,13 +108,14 @@ def run_processes(configs: list[RelayConfig], log_level: str, tls: tuple[Path, P
                 log.error("relay process %d (%s) exited with %s; starting it again in %g s", i,
                           configs[i].data_dir, proc.exitcode, RESTART_DELAY_S)
                 time.sleep(RESTART_DELAY_S)
-                procs[i], started[i] = start(i), time.monotonic()
+                if not stopping:
+                    procs[i], started[i] = start(i), time.monotonic()
     finally:
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()  # uvicorn shuts down gracefully on SIGTERM
         for proc in procs:
-            proc.join(timeout=20)
+            proc.join(timeout=10)  # within what a service manager waits before SIGKILL
             if proc.is_alive():
                 proc.kill()
         for s, handler in previous.items():

@@ -236,7 +236,8 @@ class Relay:
             fitted = await asyncio.to_thread(fitted_book, self.relay_id, self.config, samples)
             self.links.take_fit(fitted, version)
             took = time.monotonic() - started
-            self._refit_not_before = time.monotonic() + took * (1 / self.config.link_refit_max_duty - 1)
+            duty = min(1.0, max(self.config.link_refit_max_duty, 0.001))
+            self._refit_not_before = time.monotonic() + took * (1 / duty - 1)
 
     async def add_link(self, body: bytes, now: float, from_cluster: bool = False) -> dict[str, Any]:
         """Verifies a co-signed LinkSample (POST /v1/links, the node's answer on a live session, or a peer

@@ -97,10 +97,28 @@ def check_transcript(transcript: dict[str, Any], rng: random.Random, config: Rel
     """Re-checks a passed SGEMM or GPU transcript's work (proofs and freshly drawn entries: a GPU challenge is
     an sgemm challenge of another order and size, checked alike); the rebuilt Challenge.
     Raises TranscriptError (a failed re-check is `wrong_transcript`)."""
-    ch = rebuild(transcript, config)
+    ch = structure(transcript, config)
     c = transcript["challenge"]
     if ch.kind not in ("sgemm", "gpu") or not c.get("passed"):
         return ch  # a failure or a reference-model answer: nothing to recompute here
+    ch.open_sent_at = 0.0
+    try:
+        opened = parse_opening(ch, {"rows": c.get("opened")}, 0.0, config)
+        worst = check_opened(ch, opened, rng, config)
+    except ChallengeError as exc:
+        raise TranscriptError("wrong_transcript", f"{exc.code}: {exc.detail}") from None
+    if not worst < 1.0:
+        raise TranscriptError("wrong_transcript", f"entries off by {worst:.3g}x the fp32 bound")
+    return ch
+
+
+def structure(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
+    """The rebuilt Challenge with a passed SGEMM or GPU answer's roots and rows checked for form (cheap:
+    what even a transcript believed without a re-check must satisfy). Raises TranscriptError."""
+    ch = rebuild(transcript, config)
+    c = transcript["challenge"]
+    if ch.kind not in ("sgemm", "gpu") or not c.get("passed"):
+        return ch
     roots, rows = c.get("roots"), c.get("rows")
     if (not isinstance(roots, list) or len(roots) != len(ch.seeds) or not isinstance(rows, list)
             or not all(isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) for r in rows)):
@@ -114,14 +132,6 @@ def check_transcript(transcript: dict[str, Any], rng: random.Random, config: Rel
     if {i for i, _ in rows} != set(range(len(ch.seeds))):
         raise TranscriptError("wrong_transcript", "the opened rows do not cover every instance")
     ch.rows = [(int(i), int(r)) for i, r in rows]
-    ch.open_sent_at = 0.0
-    try:
-        opened = parse_opening(ch, {"rows": c.get("opened")}, 0.0, config)
-        worst = check_opened(ch, opened, rng, config)
-    except ChallengeError as exc:
-        raise TranscriptError("wrong_transcript", f"{exc.code}: {exc.detail}") from None
-    if not worst < 1.0:
-        raise TranscriptError("wrong_transcript", f"entries off by {worst:.3g}x the fp32 bound")
     return ch
 
 
