@@ -46,6 +46,8 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                              "challenge asks at the claimed speed"),
     "--link-refit-interval-s": ("link_refit_interval_s", click.FloatRange(0.1), "seconds between refits of "
                                 "the network coordinates from every link sample held (when samples changed)"),
+    "--link-refit-max-duty": ("link_refit_max_duty", click.FloatRange(0.001, 1.0), "share of the time link "
+                              "refits may take (each waits for the previous one's time x (1 / duty - 1))"),
     "--peer-probe-interval-s": ("peer_probe_interval_s", click.FloatRange(0.1), "seconds at least between the "
                                 "node-to-node probes a node offers (it also answers others')"),
     "--peer-probe-timeout-s": ("peer_probe_timeout_s", click.FloatRange(1), "seconds a node-to-node probe may "
