@@ -154,3 +154,16 @@ def test_a_transfer_faster_than_physics_gives_no_figure() -> None:
     assert s.bw_ack(256 * 1024, now=10.0 + 0.001 + seconds_at_max / 2) is None and s.bw_mbps is None
     s.start_bw_probe(now=20.0)
     assert s.bw_ack(256 * 1024, now=20.0 + 0.001 + seconds_at_max * 2) == pytest.approx(LINK_BW_MAX_MBPS / 2, rel=1e-3)
+
+
+def test_bandwidth_takes_off_the_lowest_rtt_not_one_a_node_can_raise() -> None:
+    """A node that holds some pongs back raises the smoothed RTT; taking that off would shorten the transfer
+    and raise its bandwidth. The lowest recent RTT is taken off instead (a pong cannot come back early)."""
+    s = Session("0" * 32, node_id=NODE)
+    for delay_ms in (10.0, 400.0, 400.0, 400.0):
+        ping = s.ping(now=0.0)
+        s.pong(ping["id"], now=delay_ms / 1000)
+    assert s.rtt_ms is not None and s.rtt_ms > 100  # the smoothed RTT the holding-back raised
+    s.start_bw_probe(now=50.0)
+    # 256 KiB in 100 ms after the 10 ms the path takes: 21 Mbit/s (taking off the smoothed RTT would say more)
+    assert s.bw_ack(256 * 1024, now=50.0 + 0.010 + 0.100) == pytest.approx(8 * 256 * 1024 / 0.100 / 1e6, abs=0.1)

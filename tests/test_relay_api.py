@@ -278,3 +278,16 @@ def test_stats_history_samples_the_scoreboard(tmp_path: Path) -> None:
         kept = r.get("/stats/history")[1]["points"]
         assert {p["at"] for p in points} <= {p["at"] for p in kept}, (points, kept)
         assert kept[-1]["claimed"]["cpu_gflops"] == 0.0  # sampled at start: the node is not live after it
+
+
+def test_live_sessions_are_not_compressed(tmp_path: Path) -> None:
+    """The relay declines permessage-deflate (a client offers it by default): compressing every frame was a
+    third of its CPU at 10,000 sessions, and a compressed bandwidth probe would not time the link."""
+    from websockets.sync.client import connect
+
+    with RelayProcess(tmp_path / "data") as r, connect(r.url.replace("http", "ws") + "/v1/live") as ws:
+        assert ws.request is not None and "permessage-deflate" in ws.request.headers.get(
+            "Sec-WebSocket-Extensions", "")  # the precondition: it was offered
+        assert ws.response is not None and "Sec-WebSocket-Extensions" not in ws.response.headers
+        assert json.loads(ws.recv(timeout=5))["type"] == "welcome"
+
