@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -24,6 +25,44 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 import build  # noqa: E402  (the repository's build script)
+
+# Two tests at a time (scripts/test runs pytest-xdist with two workers), except those marked `alone`: they
+# measure CPU, memory, network or challenge figures against bounds, answer roll calls within a deadline, or
+# drive a browser through a Pyodide join, and a second test beside them would move what they measure. The
+# workers share two lock files: every test passes a turnstile, then holds the main lock shared, or, marked
+# `alone`, holds both exclusively from setup to teardown (its module's fixtures included), so it runs with
+# nothing else, as in a serial run. The turnstile keeps a waiting `alone` test from being overtaken.
+_LOCK_DIR = Path(os.environ.get("CE_BENCH_TEST_LOCKS", "/tmp"))
+
+
+def _run_lock_paths(config: pytest.Config) -> tuple[Path, Path] | None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None  # one process: nothing runs beside a test
+    run = workerinput["testrunuid"]
+    return _LOCK_DIR / f"ce-bench-tests-{run}.gate", _LOCK_DIR / f"ce-bench-tests-{run}.main"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    import fcntl
+
+    paths = _run_lock_paths(item.config)
+    if paths is None:
+        yield
+        return
+    alone = item.get_closest_marker("alone") is not None
+    with open(paths[0], "a") as gate, open(paths[1], "a") as main:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(main, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ from tests.relay_process import CLI, RelayProcess, free_port
 from tests.test_links import link, register
 from tests.test_proven import until
 
+# run alone (tests/conftest.py): landmark RTTs and a browser join
+pytestmark = pytest.mark.alone
+
 OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000",
            "--peer-probe-interval-s", "2", "--peer-probe-pair-repeat-s", "0"]
 

@@ -34,6 +34,9 @@ from web.rollcall import Proof, counted
 from web.stats import Contribution
 from web.transcripts import TranscriptError, check_transcript, transcript_body
 
+# run alone (tests/conftest.py): roll-call answers within a common deadline
+pytestmark = pytest.mark.alone
+
 # a roll call every 12 s (beacon rounds every 1 s): SGEMM at 0, the reference model at 3 s, the GPU alone at 7 s
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
         "--beacon-interval", "1", "--roll-call-interval-s", "12", "--roll-call-min-gap-s", "12",

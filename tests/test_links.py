@@ -24,6 +24,9 @@ from web.config import RelayConfig
 from web.links import LinkBook
 from web.problems import Problem
 
+# run alone (tests/conftest.py): session RTTs become co-signed link samples
+pytestmark = pytest.mark.alone
+
 
 def register(relay: RelayProcess) -> NodeKey:
     _, beacon, _ = relay.get("/beacon")

@@ -27,6 +27,9 @@ from web.config import RelayConfig
 from web.live import LiveError
 from web.peer_probes import PeerBroker
 
+# run alone (tests/conftest.py): both peers' RTTs must agree within 1.5x + 3 ms
+pytestmark = pytest.mark.alone
+
 SDP = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\n"
 FAST = ["--heartbeat-interval", "0.3", "--peer-probe-interval-s", "1", "--peer-probe-pair-repeat-s", "0",
         "--ip-rate", "1000"]

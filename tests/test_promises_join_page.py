@@ -34,6 +34,9 @@ from capsule.plan import CPU_PROBES, plan_from_beacon
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess
 
+# run alone (tests/conftest.py): Pyodide joins, a throughput-drop flag judged on measured figures
+pytestmark = pytest.mark.alone
+
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run"]

@@ -23,6 +23,9 @@ from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
 
+# run alone (tests/conftest.py): roll-call answers within a common deadline, compared across roll calls
+pytestmark = pytest.mark.alone
+
 # a roll call every 6 s (beacon rounds every 1 s), its reference-model phase 3 s after the SGEMM one
 QUICK = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
          "--beacon-interval", "1", "--roll-call-target-s", "1"]

@@ -24,6 +24,9 @@ from tests.relay_process import RelayProcess
 from tests.test_proven import SHARED, challenges, join_verified, next_proof, node, registered, shared_roll_calls, until
 from tests.threaded import in_thread
 
+# run alone (tests/conftest.py): roll-call answers within a common deadline, compared across roll calls
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture(scope="module")
 def measured(artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

@@ -6,9 +6,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
 from tests.samples import sample_profile
+
+# run alone (tests/conftest.py): heartbeats and digests cross the cluster within set times
+pytestmark = pytest.mark.alone
 
 
 def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -27,10 +27,15 @@ from __future__ import annotations
 import os
 import statistics
 
+import pytest
+
 from capsule.aggregate import aggregate
 from capsule.plan import instance_seed
 from host_runner.cpu import find_instances, measure_whole_cpu, whole_cpu_run
 from tests.conftest import Artifacts
+
+# run alone (tests/conftest.py): instance counts compared by throughput, measured in alternation
+pytestmark = pytest.mark.alone
 
 SEED = "ab" * 32
 # Why the 1.10 bound holds on a noisy 2-core VM. More instances than cores cannot add throughput: with 2
