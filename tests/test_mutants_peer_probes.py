@@ -73,7 +73,8 @@ def test_taking_part_again_keeps_the_probe_in_flight_and_a_new_node_id_replaces_
     assert b.peers(probe.offerer.session, probe.offerer.node_id, ["webrtc"]) == []
     assert b.participants[probe.offerer.session] is probe.offerer
     assert {to for to, _ in b.finish(probe, "measured")} == {"s0", "s1"}  # both are still the ones it paired
-    # a session whose heartbeat now names another node takes part as that node
+    # the relay keeps a session to one node (web/live.py's wrong_node), but the broker does not lean on it:
+    # `peers` naming another node replaces the participant
     b.peers("s0", "n9", ["webrtc"])
     assert b.participants["s0"].node_id == "n9"
 
