@@ -21,9 +21,6 @@ from capsule.signing import verify_record
 from tests.conftest import ROOT, Artifacts
 from tests.relay_process import RelayProcess
 
-# run alone (tests/conftest.py): Pyodide joins take both cores; the claimed-core test measures in alternation
-pytestmark = pytest.mark.alone
-
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run"]
@@ -76,6 +73,7 @@ def test_join_waits_for_the_page_and_names_no_platform_core_count(browser: Brows
         context.close()
 
 
+@pytest.mark.alone  # the join must finish within 60 s (tests/conftest.py)
 def test_join_flow_with_webgpu(page: Page, relay: RelayProcess) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     profile = join(page, relay)
@@ -271,6 +269,7 @@ ROUND_IN_PAGE = """async ({ k, seeds, args }) => {
 }"""
 
 
+@pytest.mark.alone  # throughput compared in alternation (tests/conftest.py)
 def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Browser, relay: RelayProcess) -> None:
     """A page told it has 8 cores (CDP override, like WebKit's 4 on 2 cores) reports whole-CPU GFLOP/s and
     memory bandwidth within 10% of the unmodified page (issue 9). Same design as tests/test_whole_cpu.py,
@@ -415,6 +414,7 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         context.close()
 
 
+@pytest.mark.alone  # challenge answers within deadlines (tests/conftest.py)
 def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, artifacts: Artifacts) -> None:
     """The join page answers the relay's challenges in its probe workers with the capsule's own code and
     becomes verified; a hidden tab opts out and is not challenged any more."""

@@ -19,9 +19,6 @@ import pytest
 from tests.conftest import ROOT, Artifacts
 from tests.relay_process import RelayProcess
 
-# run alone (tests/conftest.py): three browser engines join through Pyodide within time limits
-pytestmark = pytest.mark.alone
-
 WEBKIT_DRIVER = "/usr/bin/WebKitWebDriver"
 MINIBROWSER = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
 FIREFOX = "/usr/bin/firefox-esr"
