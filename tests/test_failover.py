@@ -30,6 +30,7 @@ from tests.failover_fleet import Fleet
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, free_port
 from tests.test_proven import until
+from tests.threaded import in_thread
 
 # run alone (tests/conftest.py): 2,000 sessions and three relays take both cores
 pytestmark = pytest.mark.alone
@@ -72,7 +73,9 @@ def test_a_relay_killed_under_2000_sessions_loses_nothing_and_the_scoreboard_com
     a, b, c = cluster
     until("A lists the others' URLs", 30, lambda: len(a.get("/v1/relays")[1]["relays"]) == 3
           and all(row["url"] for row in a.get("/v1/relays")[1]["relays"]))
-    pairs, _ = register_nodes(a, SESSIONS)  # every one acknowledged (201): from here on never to be lost
+    # every one acknowledged (201): from here on never to be lost (a thread of its own: register_nodes runs an
+    # event loop, and a playwright test before this one on the same worker leaves one running here)
+    pairs, _ = in_thread(register_nodes, a, SESSIONS)
     keys = [k for k, _ in pairs]
     sessions = [LiveSession(a.url, k) for k in keys[:PRODUCT_CLIENTS]]
     fleet = Fleet([r.url for r in cluster], keys[PRODUCT_CLIENTS:])
