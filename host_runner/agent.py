@@ -57,6 +57,21 @@ def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> f
     return config.remeasure_s * (1 + config.remeasure_spread * (2 * u - 1))
 
 
+# The most instances a relay asks in one challenge (web/config.py challenge_max_instances): warmed no further.
+CHALLENGE_MAX_INSTANCES = 64
+
+
+def challenge_shape(profile: dict[str, Any]) -> tuple[int, int] | None:
+    """(instances, SGEMM order) a relay's challenges to this profile will ask (web/summary.py reads the same
+    evidence), so the session can warm that many reactors first; None where the profile does not say."""
+    sgemm = ((profile.get("evidence") or {}).get("cpu") or {}).get("gflops_fp32") or {}
+    n, per_instance = sgemm.get("n"), sgemm.get("instances")
+    instances = len(per_instance) if isinstance(per_instance, list) and per_instance else profile["cpu"]["cores"]
+    if type(n) is not int or n <= 0 or type(instances) is not int or instances <= 0:
+        return None
+    return min(instances, CHALLENGE_MAX_INSTANCES), n
+
+
 class Agent:
     def __init__(self, relay: str, key: NodeKey, opts: RunOptions, config: AgentConfig = AgentConfig(),
                  say: Callable[[str], None] = print) -> None:
@@ -121,7 +136,8 @@ class Agent:
                 gpu, line = context_for(result.profile)
                 self.say(line)
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
-                                       say=self.say, gpu=gpu, peer_probes=self.config.peer_probes).start()
+                                       say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
+                                       warm=challenge_shape(result.profile)).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)

@@ -14,13 +14,43 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from common.keys import load_or_create
+
 CLI = str(Path(sys.executable).parent / "ce-bench")
 
 
+# Ports for the servers tests start, below the kernel's ephemeral range (32768-60999 by default, where
+# bind(0) and outgoing connections draw from) and split between pytest-xdist workers. With bind(0), two
+# workers could draw the same free port at the same moment: the second server failed to bind, and its test,
+# finding the port answering, talked to the other worker's relay (CI, 2026-12-04: "beacon_mismatch - round 0
+# has another value"). Each worker takes its own range, in order, so no two servers of one run share a port.
+PORT_BASE = 10_000
+PORTS_PER_WORKER = 2_500
+_next_port: dict[str, int] = {}
+
+
+def _port_range() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # unset outside xdist: serial runs take gw0's
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    start = PORT_BASE + (index % 8) * PORTS_PER_WORKER
+    return range(start, start + PORTS_PER_WORKER)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port no other server of this test run has taken (see PORT_BASE), free right now."""
+    ports = _port_range()
+    key = str(ports.start)
+    first = _next_port.get(key, ports.start + (os.getpid() % 100) * 20)  # a rerun starts elsewhere in the range
+    for i in range(len(ports)):
+        port = ports.start + (first - ports.start + i) % len(ports)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (a server of an earlier test still closing, or another program)
+        _next_port[key] = port + 1
+        return port
+    raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
 class RelayProcess:
@@ -43,10 +73,16 @@ class RelayProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"relay exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                urllib.request.urlopen(self.url + "/beacon", timeout=1).read()
-                return self
-            except OSError:
+                beacon = json.loads(urllib.request.urlopen(self.url + "/beacon", timeout=1).read())
+            except (OSError, ValueError):
                 time.sleep(0.1)
+                continue
+            ours = {load_or_create(path).node_id for path in self.data_dir.rglob("relay.key")}
+            if beacon.get("relay") not in ours:  # another server answers on this port: never test against it
+                self.stop()
+                raise RuntimeError(f"port {self.port} is answered by relay {beacon.get('relay')}, not by the one "
+                                   f"started here ({sorted(ours) or 'no key yet'}): {self.log.read_text()[-2000:]}")
+            return self
         raise RuntimeError(f"relay did not answer within {timeout} s: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:

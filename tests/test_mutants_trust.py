@@ -114,6 +114,23 @@ def test_tokens_and_gpu_need_their_own_observations_before_they_flag() -> None:
     assert t.judge(50.0, 2.0, C, claimed_tps=1e6, claimed_gpu_tflops=1e6)[0] == "verified"
 
 
+def test_the_gflops_claim_is_judged_on_as_many_cpu_challenges_as_passes() -> None:
+    """One slow first SGEMM answer (reactors still cold) beside a reference-model pass is not yet a lie: an
+    honest node on busy cores was flagged that way (CI, 2026-12-04). A second CPU answer decides."""
+    t = Trust(decayed_at=0.0)
+    t.record(True, "passed", 24.5, 1.0, C)
+    t.record(True, "passed", None, 2.0, C, observed_tps=95.0, tokens_checked=True)
+    assert t.passes_total == C.trust_min_passes == 2
+    assert t.judge(51.9, 2.0, C) == ("unverified", "1 of 2 CPU (SGEMM) challenges passed so far")
+    t.record(True, "passed", 25.0, 3.0, C)  # a second CPU answer as slow: the claim is more than 2x apart
+    status, reason = t.judge(51.9, 3.0, C)
+    assert status == "flagged" and reason.startswith("claims 51.9 GFLOP/s; the best the relay observed is 25.0")
+    ok = Trust(decayed_at=0.0)
+    for now, gflops in ((1.0, 24.5), (2.0, None), (3.0, 49.0)):
+        ok.record(True, "passed", gflops, now, C)
+    assert ok.judge(51.9, 3.0, C)[0] == "verified"
+
+
 def test_unverified_reasons_name_what_is_missing() -> None:
     assert Trust().judge(50.0, 0.0, C) == ("unverified",
                                            "no challenge answered yet (a client must say hello to be challenged)")

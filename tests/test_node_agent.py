@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from host_runner.agent import AgentConfig, remeasure_after_s
 from tests.relay_process import CLI, RelayProcess, free_port
@@ -46,3 +47,40 @@ def test_node_backs_off_registers_stays_live_and_stops_on_sigterm(tmp_path: Path
     finally:
         if node.poll() is None:
             node.kill()
+
+
+def test_challenge_shape_is_what_the_relay_will_ask() -> None:
+    """The instances and SGEMM order the session warms are the ones a relay's challenge asks (web/summary.py
+    reads the same evidence; web/config.py caps the instances)."""
+    from host_runner.agent import CHALLENGE_MAX_INSTANCES, challenge_shape
+    from web.config import RelayConfig
+    from web.summary import instance_count, sgemm_order
+
+    assert RelayConfig().challenge_max_instances == CHALLENGE_MAX_INSTANCES
+    evidence: dict[str, Any] = {"cpu": {"gflops_fp32": {"n": 512, "instances": [{}, {}, {}]}}}
+    listed = {"cpu": {"cores": 8}, "evidence": evidence}
+    assert challenge_shape(listed) == (3, 512) == (instance_count(evidence, 8), sgemm_order(evidence))
+    unlisted = {"cpu": {"cores": 100}, "evidence": {"cpu": {"gflops_fp32": {"n": 1024}}}}
+    assert challenge_shape(unlisted) == (64, 1024)
+    assert challenge_shape({"cpu": {"cores": 2}, "evidence": {}}) is None  # no order: nothing to warm
+
+
+def test_a_live_session_warms_its_reactors_before_it_connects(artifacts: object) -> None:
+    """The first challenge's time holds no instantiation: the reactors exist (and have computed) before the
+    session's first connection attempt, here to a port nobody listens on."""
+    from common.keys import NodeKey
+    from host_runner.live_client import LiveSession
+
+    session = LiveSession(f"http://127.0.0.1:{free_port()}", NodeKey.generate(),
+                          reactor_wasm=artifacts.reactor, warm=(2, 64))  # type: ignore[attr-defined]
+    assert session._pool is not None and not session._pool._reactors
+    session.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not session.errors:
+            assert time.monotonic() < deadline, "no connection attempt within 60 s"
+            time.sleep(0.05)
+        assert session.errors[0]["code"] == "connection", session.errors
+        assert len(session._pool._reactors) == 2  # warmed before the first attempt to connect
+    finally:
+        session.stop()

@@ -3,12 +3,13 @@
 Counters decay exponentially with a half-life (gossipsub v1.1's P4/P7 counters are the model): recent
 behaviour matters most, and failures weigh more than passes. A node is
 
-- verified   once `trust_min_passes` challenges passed, one of them within `trust_fresh_s` (verification
-             lasts only while the node keeps answering), no recent failure outweighs them, and its claimed
-             GFLOP/s is within `trust_flag_factor` of the best throughput the relay recently observed;
+- verified   once `trust_min_passes` challenges passed (as many of them CPU challenges), one of them
+             within `trust_fresh_s` (verification lasts only while the node keeps answering), no recent
+             failure outweighs them, and its claimed GFLOP/s is within `trust_flag_factor` of the best
+             throughput the relay recently observed;
 - flagged    for `trust_flag_hold_s` after a wrong answer (whatever the decay), while its decayed failure
              weight reaches `trust_flag_failures` (late answers pile up), or, once `trust_min_passes`
-             challenges passed, while its claim exceeds the best observed throughput by more than
+             CPU challenges passed, while its claim exceeds the best observed throughput by more than
              `trust_flag_factor` (likewise a GPU claim, in fp32 TFLOP/s, once `trust_min_passes` GPU
              challenges were observed);
 - unverified otherwise (too few challenges yet, none recent, or a client that does not answer them).
@@ -115,8 +116,10 @@ class Trust:
         if self.failed >= config.trust_flag_failures:
             return "flagged", f"failed challenges recently (last: {self.last_code})"
         best = self.best_gflops
-        # judged on the best of several: one busy moment is not a lie
-        if (claimed_gflops and best is not None and self.passes_total >= config.trust_min_passes
+        # judged on the best of several CPU challenges: one busy moment is not a lie. (Counted on passes of
+        # any kind, one slow first SGEMM answer and one reference-model answer flagged an honest node on busy
+        # cores, CI 2026-12-04: "claims 51.9 GFLOP/s; the best the relay observed is 24.5".)
+        if (claimed_gflops and best is not None and len(self.observed_gflops) >= config.trust_min_passes
                 and claimed_gflops > best * config.trust_flag_factor):
             return "flagged", (f"claims {claimed_gflops:.1f} GFLOP/s; the best the relay observed is {best:.1f} "
                                f"(more than {config.trust_flag_factor:g}x apart)")
@@ -136,6 +139,9 @@ class Trust:
             return "unverified", f"{self.passes_total} of {config.trust_min_passes} challenges passed so far"
         if claimed_gflops is None:
             return "unverified", "the profile claims no GFLOP/s figure to verify"
+        if len(self.observed_gflops) < config.trust_min_passes:
+            return "unverified", (f"{len(self.observed_gflops)} of {config.trust_min_passes} CPU (SGEMM) challenges "
+                                  "passed so far")
         if self.last_pass_at is None or now - self.last_pass_at > config.trust_fresh_s:
             return "unverified", (f"no challenge passed in the last {config.trust_fresh_s:g} s (verification "
                                   "lasts only while the node keeps answering)")
