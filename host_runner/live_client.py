@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import ssl
 import threading
 import time
@@ -47,6 +48,21 @@ def _gpu_answer(seeds: list[int], n: int, reps: int, context: GpuContext) -> Gpu
     return GpuAnswer(seeds, n, reps, context)
 
 
+# Reconnecting (seconds): the first wait after a lost session is RECONNECT_FIRST_S, doubling for each attempt
+# in a row that fails up to RECONNECT_MAX_S, each drawn uniformly from 0.5x-1.5x of that. Without the draw the
+# sessions of a relay that died arrived at its first peer all at once, 2 s later (tests/test_failover.py);
+# spread over a second, the peer takes them as they come.
+RECONNECT_FIRST_S = 2.0
+RECONNECT_MAX_S = 30.0
+
+
+def reconnect_wait_s(failures: int, u: float) -> float:
+    """The pause before the next attempt after `failures` failed attempts in a row (0: the session had been
+    up); u is uniform in [0, 1)."""
+    base = min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2.0 ** min(max(failures - 1, 0), 16))
+    return base * (0.5 + u)
+
+
 class LiveSession:
     def __init__(self, relay_url: str, signer: Signer, ssl_context: ssl.SSLContext | None = None,
                  reactor_wasm: Path | None = None, answer_factory: AnswerFactory = SgemmAnswer,
@@ -77,6 +93,7 @@ class LiveSession:
         self.relay_url = self.relays[0]
         self.signer = signer
         self.acks = 0
+        self._welcomed = False  # the current connection got the relay's welcome
         self.links = 0
         self.errors: list[dict[str, Any]] = []
         self._stop = threading.Event()
@@ -115,13 +132,16 @@ class LiveSession:
                     self._pool.warm(instances, n)
             except (CapsuleError, OSError) as exc:  # a challenge will say the same; the session goes on
                 self.errors.append({"type": "error", "code": "warm", "detail": str(exc)})
+        failures = 0  # connection attempts in a row that never got a welcome
         while not self._stop.is_set():
+            self._welcomed = False
             try:
                 self._session()
             except (OSError, WebSocketException, ValueError, KeyError) as exc:
                 self.errors.append({"type": "error", "code": "connection", "detail": f"{self.relay_url}: {exc}"})
                 self._next_relay()
-            self._stop.wait(2.0)  # reconnect after a pause
+            failures = 0 if self._welcomed else failures + 1
+            self._stop.wait(reconnect_wait_s(failures, random.random()))
 
     def _next_relay(self) -> None:
         """After a failure: the next relay of the cluster (the home relay again after the last)."""
@@ -309,6 +329,7 @@ class LiveSession:
         with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22, **self.connect_options) as ws:
             self._ws = ws
             welcome = json.loads(ws.recv(timeout=10))
+            self._welcomed = True
             self._learn_relays()
             if self.reactor_wasm is not None:
                 self._send(ws, {"type": "hello", "answers": self.answers})

@@ -84,3 +84,14 @@ def test_a_live_session_warms_its_reactors_before_it_connects(artifacts: object)
         assert len(session._pool._reactors) == 2  # warmed before the first attempt to connect
     finally:
         session.stop()
+
+
+def test_reconnect_waits_are_drawn_and_back_off() -> None:
+    """After a lost session the wait is drawn from 1-3 s (the sessions of a dead relay do not all arrive at its
+    peer at one moment), doubling per failed attempt in a row up to 30 s (x0.5-1.5)."""
+    from host_runner.live_client import RECONNECT_FIRST_S, RECONNECT_MAX_S, reconnect_wait_s
+
+    assert (reconnect_wait_s(0, 0.0), reconnect_wait_s(0, 0.999)) == (0.5 * RECONNECT_FIRST_S,
+                                                                     1.499 * RECONNECT_FIRST_S)
+    assert [reconnect_wait_s(f, 0.5) for f in range(7)] == [2.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert reconnect_wait_s(50, 0.999) == 1.499 * RECONNECT_MAX_S
