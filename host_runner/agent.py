@@ -57,19 +57,26 @@ def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> f
     return config.remeasure_s * (1 + config.remeasure_spread * (2 * u - 1))
 
 
-# The most instances a relay asks in one challenge (web/config.py challenge_max_instances): warmed no further.
-CHALLENGE_MAX_INSTANCES = 64
+# What a relay's roll-call challenge asks at most (web/config.py): warmed no further.
+CHALLENGE_MAX_INSTANCES = 64     # challenge_max_instances
+ROLL_CALL_TARGET_S = 1.0         # roll_call_target_s: the work is sized for this long at the claim
 
 
-def challenge_shape(profile: dict[str, Any]) -> tuple[int, int] | None:
-    """(instances, SGEMM order) a relay's challenges to this profile will ask (web/summary.py reads the same
-    evidence), so the session can warm that many reactors first; None where the profile does not say."""
+def challenge_shape(profile: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(instances, SGEMM order, products per instance) of a relay's roll-call challenge to this profile
+    (web/summary.py reads the same evidence; capsule/challenge.py sizes the work), so the session can warm
+    that many reactors with that much memory first; None where the profile does not say."""
+    from capsule.challenge import reps_for
+
     sgemm = ((profile.get("evidence") or {}).get("cpu") or {}).get("gflops_fp32") or {}
     n, per_instance = sgemm.get("n"), sgemm.get("instances")
     instances = len(per_instance) if isinstance(per_instance, list) and per_instance else profile["cpu"]["cores"]
-    if type(n) is not int or n <= 0 or type(instances) is not int or instances <= 0:
+    claimed = profile["cpu"].get("gflops_fp32")
+    if (type(n) is not int or n <= 0 or type(instances) is not int or instances <= 0
+            or not isinstance(claimed, int | float)):
         return None
-    return min(instances, CHALLENGE_MAX_INSTANCES), n
+    k = min(instances, CHALLENGE_MAX_INSTANCES)
+    return k, n, reps_for(float(claimed), k, n, ROLL_CALL_TARGET_S)
 
 
 class Agent:

@@ -69,7 +69,7 @@ class LiveSession:
                  llm: LlmAnswer = llm_answer, connect_options: dict[str, Any] | None = None,
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
                  gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
-                 peer_probes: bool = False, warm: tuple[int, int] | None = None) -> None:
+                 peer_probes: bool = False, warm: tuple[int, int, int] | None = None) -> None:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
@@ -83,7 +83,7 @@ class LiveSession:
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
         self._answer: tuple[str, _Answer] | None = None
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
-        self.warm = warm  # (instances, n) to compute once before the first hello (ReactorPool.warm)
+        self.warm = warm  # (instances, n, reps) to compute once before the first hello (ReactorPool.warm)
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._send_lock = threading.Lock()
         # the relays to keep the session with, in order of preference: this one, then the others of its
@@ -126,10 +126,10 @@ class LiveSession:
 
     def _run(self) -> None:
         if self._pool is not None and self.warm is not None:
-            instances, n = self.warm
+            instances, n, reps = self.warm
             try:
                 with self._reactor_lock:
-                    self._pool.warm(instances, n)
+                    self._pool.warm(instances, n, reps)
             except (CapsuleError, OSError) as exc:  # a challenge will say the same; the session goes on
                 self.errors.append({"type": "error", "code": "warm", "detail": str(exc)})
         failures = 0  # connection attempts in a row that never got a welcome

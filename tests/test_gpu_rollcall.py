@@ -74,7 +74,8 @@ def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float 
     key = NodeKey.generate()
     body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
     body["node_id"] = key.node_id
-    body["beacon"] = {k: fetch_beacon(relay.url)[k] for k in ("relay", "round", "value")}
+    beacon = fetch_beacon(relay.url)  # once: rounds change every second (three reads mixed two rounds, CI)
+    body["beacon"] = {k: beacon[k] for k in ("relay", "round", "value")}  # this relay's round
     body["measured_at"] = int(time.time())
     body["gpus"][0]["fp32_tflops"] = round(body["gpus"][0]["fp32_tflops"] * gpu_factor, 6)
     post_profile(relay.url, sign("NodeProfile", body, key))

@@ -50,19 +50,23 @@ def test_node_backs_off_registers_stays_live_and_stops_on_sigterm(tmp_path: Path
 
 
 def test_challenge_shape_is_what_the_relay_will_ask() -> None:
-    """The instances and SGEMM order the session warms are the ones a relay's challenge asks (web/summary.py
-    reads the same evidence; web/config.py caps the instances)."""
-    from host_runner.agent import CHALLENGE_MAX_INSTANCES, challenge_shape
+    """The instances, SGEMM order and products a session warms are the ones a relay's roll-call challenge asks
+    (web/summary.py reads the same evidence; web/config.py caps the instances and sets the target)."""
+    from capsule.challenge import reps_for
+    from host_runner.agent import CHALLENGE_MAX_INSTANCES, ROLL_CALL_TARGET_S, challenge_shape
     from web.config import RelayConfig
     from web.summary import instance_count, sgemm_order
 
-    assert RelayConfig().challenge_max_instances == CHALLENGE_MAX_INSTANCES
+    config = RelayConfig()
+    assert (config.challenge_max_instances, config.roll_call_target_s) == (CHALLENGE_MAX_INSTANCES,
+                                                                          ROLL_CALL_TARGET_S)
     evidence: dict[str, Any] = {"cpu": {"gflops_fp32": {"n": 512, "instances": [{}, {}, {}]}}}
-    listed = {"cpu": {"cores": 8}, "evidence": evidence}
-    assert challenge_shape(listed) == (3, 512) == (instance_count(evidence, 8), sgemm_order(evidence))
-    unlisted = {"cpu": {"cores": 100}, "evidence": {"cpu": {"gflops_fp32": {"n": 1024}}}}
-    assert challenge_shape(unlisted) == (64, 1024)
-    assert challenge_shape({"cpu": {"cores": 2}, "evidence": {}}) is None  # no order: nothing to warm
+    listed = {"cpu": {"cores": 8, "gflops_fp32": 60.0}, "evidence": evidence}
+    assert challenge_shape(listed) == (instance_count(evidence, 8), sgemm_order(evidence),
+                                       reps_for(60.0, 3, 512, 1.0)) == (3, 512, 64)  # 74 fit; MAX_BYTES holds 64
+    unlisted = {"cpu": {"cores": 100, "gflops_fp32": 6400.0}, "evidence": {"cpu": {"gflops_fp32": {"n": 1024}}}}
+    assert challenge_shape(unlisted) == (64, 1024, reps_for(6400.0, 64, 1024, 1.0))
+    assert challenge_shape({"cpu": {"cores": 2, "gflops_fp32": 9.0}, "evidence": {}}) is None  # no order
 
 
 def test_a_live_session_warms_its_reactors_before_it_connects(artifacts: object) -> None:
@@ -72,7 +76,7 @@ def test_a_live_session_warms_its_reactors_before_it_connects(artifacts: object)
     from host_runner.live_client import LiveSession
 
     session = LiveSession(f"http://127.0.0.1:{free_port()}", NodeKey.generate(),
-                          reactor_wasm=artifacts.reactor, warm=(2, 64))  # type: ignore[attr-defined]
+                          reactor_wasm=artifacts.reactor, warm=(2, 64, 2))  # type: ignore[attr-defined]
     assert session._pool is not None and not session._pool._reactors
     session.start()
     try:
