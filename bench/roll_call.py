@@ -88,6 +88,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
     seen = {c["id"] for c in roll_calls(relay)}
     spreads: list[float] = []
     reached: list[float] = []
+    widest = 0.0  # the largest share of the sessions any roll call challenged (said when none reached COVERAGE)
     cpu: list[float] = []
     deadline = time.monotonic() + 300
     while len(spreads) < count and time.monotonic() < deadline:
@@ -95,8 +96,9 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         await asyncio.sleep(0.5)
         # a roll call challenges the sessions live at its moment: at 10,000 sessions on one saturated process
         # some are not (late heartbeats), so those that reached at least COVERAGE of them count, and say so
-        fresh = [c for c in roll_calls(relay)
-                 if c["id"] not in seen and c["sessions_challenged"] >= COVERAGE * len(keys)]
+        calls = [c for c in roll_calls(relay) if c["id"] not in seen]
+        widest = max([widest, *(c["sessions_challenged"] / (len(keys) + 1) for c in calls)])
+        fresh = [c for c in calls if c["sessions_challenged"] >= COVERAGE * len(keys)]
         if not fresh:
             continue
         call = fresh[-1]
@@ -118,7 +120,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
             "spread_max_ms": max(spreads) if spreads else float("nan"),
             "relay_cpu_s": statistics.median(cpu) if cpu else float("nan"), "roll_calls": len(spreads),
             "honest_ratio": statistics.median(ratios) if ratios else float("nan"), "honest_n": len(ratios),
-            "reached": min(reached) if reached else float("nan")}
+            "reached": min(reached) if reached else float("nan"), "widest": widest}
 
 
 def main() -> int:
@@ -145,7 +147,8 @@ def main() -> int:
                     got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls))
                     reference = reference or got["spread_ms"]
                     print(f"{n:>6} sessions + 1 honest: {got['roll_calls']} roll calls (each challenged at least "
-                          f"{got['reached']:.1%} of the sessions), send spread median "
+                          f"{got['reached']:.1%} of the sessions; the widest of all {got['widest']:.1%}), "
+                          "send spread median "
                           f"{got['spread_ms']:.1f} ms (max {got['spread_max_ms']:.1f}; "
                           f"x{got['spread_ms'] / reference:.1f} the {steps[0]}-session spread; target <= 100 ms = 10% "
                           "of the 1 s challenge), relay CPU "
