@@ -98,7 +98,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         # some are not (late heartbeats), so those that reached at least COVERAGE of them count, and say so
         calls = [c for c in roll_calls(relay) if c["id"] not in seen]
         widest = max([widest, *(c["sessions_challenged"] / (len(keys) + 1) for c in calls)])
-        fresh = [c for c in calls if c["sessions_challenged"] >= COVERAGE * len(keys)]
+        fresh = [c for c in calls if c["sessions_challenged"] >= COVERAGE * (len(keys) + 1)]
         if not fresh:
             continue
         call = fresh[-1]

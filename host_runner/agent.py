@@ -57,26 +57,28 @@ def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> f
     return config.remeasure_s * (1 + config.remeasure_spread * (2 * u - 1))
 
 
-# What a relay's roll-call challenge asks at most (web/config.py): warmed no further.
+# How a relay sizes a roll-call challenge (web/config.py; web/challenges.py new_challenge): warmed the same.
 CHALLENGE_MAX_INSTANCES = 64     # challenge_max_instances
 ROLL_CALL_TARGET_S = 1.0         # roll_call_target_s: the work is sized for this long at the claim
+CORE_FLOOR_GFLOPS = 2.0          # core_floor_gflops: no instance is given less work than this per second
 
 
 def challenge_shape(profile: dict[str, Any]) -> tuple[int, int, int] | None:
-    """(instances, SGEMM order, products per instance) of a relay's roll-call challenge to this profile
-    (web/summary.py reads the same evidence; capsule/challenge.py sizes the work), so the session can warm
-    that many reactors with that much memory first; None where the profile does not say."""
-    from capsule.challenge import reps_for
+    """(instances, SGEMM order, products per instance) of a relay's roll-call challenge to this profile, sized
+    as web/challenges.py new_challenge sizes it from the same evidence (web/summary.py), so the session can
+    warm that many reactors with that much memory first; None where the profile claims no GFLOP/s."""
+    from capsule.challenge import order_of, reps_for
 
     sgemm = ((profile.get("evidence") or {}).get("cpu") or {}).get("gflops_fp32") or {}
-    n, per_instance = sgemm.get("n"), sgemm.get("instances")
-    instances = len(per_instance) if isinstance(per_instance, list) and per_instance else profile["cpu"]["cores"]
+    listed = sgemm.get("instances")
+    instances = len(listed) if isinstance(listed, list) and listed else profile["cpu"].get("cores")
     claimed = profile["cpu"].get("gflops_fp32")
-    if (type(n) is not int or n <= 0 or type(instances) is not int or instances <= 0
-            or not isinstance(claimed, int | float)):
+    if type(instances) is not int or instances <= 0 or not isinstance(claimed, int | float) or claimed <= 0:
         return None
     k = min(instances, CHALLENGE_MAX_INSTANCES)
-    return k, n, reps_for(float(claimed), k, n, ROLL_CALL_TARGET_S)
+    n = order_of(sgemm.get("n"))
+    per_instance = max(float(claimed) / k, CORE_FLOOR_GFLOPS)
+    return k, n, reps_for(per_instance * k, k, n, ROLL_CALL_TARGET_S)
 
 
 class Agent:

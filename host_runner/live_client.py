@@ -54,11 +54,12 @@ def _gpu_answer(seeds: list[int], n: int, reps: int, context: GpuContext) -> Gpu
 # spread over a second, the peer takes them as they come.
 RECONNECT_FIRST_S = 2.0
 RECONNECT_MAX_S = 30.0
+RECONNECT_STABLE_S = 10.0  # a session held this long resets the backoff
 
 
 def reconnect_wait_s(failures: int, u: float) -> float:
     """The pause before the next attempt after `failures` failed attempts in a row (0: the session had been
-    up); u is uniform in [0, 1)."""
+    up for RECONNECT_STABLE_S); u is uniform in [0, 1)."""
     base = min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2.0 ** min(max(failures - 1, 0), 16))
     return base * (0.5 + u)
 
@@ -93,7 +94,7 @@ class LiveSession:
         self.relay_url = self.relays[0]
         self.signer = signer
         self.acks = 0
-        self._welcomed = False  # the current connection got the relay's welcome
+        self._welcomed_at: float | None = None  # when the current connection got the relay's welcome
         self.links = 0
         self.errors: list[dict[str, Any]] = []
         self._stop = threading.Event()
@@ -130,17 +131,21 @@ class LiveSession:
             try:
                 with self._reactor_lock:
                     self._pool.warm(instances, n, reps)
+                if self.say is not None:
+                    self.say(f"warmed {instances} capsule instance(s) for challenges ({reps} product(s) of order {n} "
+                             "each)")
             except (CapsuleError, OSError) as exc:  # a challenge will say the same; the session goes on
                 self.errors.append({"type": "error", "code": "warm", "detail": str(exc)})
-        failures = 0  # connection attempts in a row that never got a welcome
+        failures = 0  # connection attempts in a row that did not hold a session for RECONNECT_STABLE_S
         while not self._stop.is_set():
-            self._welcomed = False
+            self._welcomed_at = None
             try:
                 self._session()
             except (OSError, WebSocketException, ValueError, KeyError) as exc:
                 self.errors.append({"type": "error", "code": "connection", "detail": f"{self.relay_url}: {exc}"})
                 self._next_relay()
-            failures = 0 if self._welcomed else failures + 1
+            held = self._welcomed_at is not None and time.monotonic() - self._welcomed_at >= RECONNECT_STABLE_S
+            failures = 0 if held else failures + 1  # a relay that welcomes, then closes, is backed off too
             self._stop.wait(reconnect_wait_s(failures, random.random()))
 
     def _next_relay(self) -> None:
@@ -329,7 +334,7 @@ class LiveSession:
         with connect(self.url, open_timeout=10, ssl=self.ssl_context, max_size=2**22, **self.connect_options) as ws:
             self._ws = ws
             welcome = json.loads(ws.recv(timeout=10))
-            self._welcomed = True
+            self._welcomed_at = time.monotonic()
             self._learn_relays()
             if self.reactor_wasm is not None:
                 self._send(ws, {"type": "hello", "answers": self.answers})

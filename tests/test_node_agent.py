@@ -41,6 +41,8 @@ def test_node_backs_off_registers_stays_live_and_stops_on_sigterm(tmp_path: Path
                 assert time.monotonic() < deadline and node.poll() is None, log.read_text()
                 time.sleep(0.5)
             assert body["profile"]["beacon"]["relay"] == relay.get("/beacon")[1]["relay"]
+            # the reactors were warmed with the roll call's work before the session said hello
+            assert "warmed" in log.read_text(), log.read_text()
             node.send_signal(signal.SIGTERM)
             assert node.wait(timeout=30) == 0, log.read_text()
             assert "node stopped" in log.read_text()
@@ -50,23 +52,34 @@ def test_node_backs_off_registers_stays_live_and_stops_on_sigterm(tmp_path: Path
 
 
 def test_challenge_shape_is_what_the_relay_will_ask() -> None:
-    """The instances, SGEMM order and products a session warms are the ones a relay's roll-call challenge asks
-    (web/summary.py reads the same evidence; web/config.py caps the instances and sets the target)."""
-    from capsule.challenge import reps_for
-    from host_runner.agent import CHALLENGE_MAX_INSTANCES, ROLL_CALL_TARGET_S, challenge_shape
+    """The instances, SGEMM order and products a session warms are those of the relay's own roll-call
+    challenge (web/challenges.py new_challenge, from the profile's summary as web/summary.py reads it)."""
+    from host_runner.agent import CHALLENGE_MAX_INSTANCES, CORE_FLOOR_GFLOPS, ROLL_CALL_TARGET_S, challenge_shape
+    from web.challenges import new_challenge
     from web.config import RelayConfig
     from web.summary import instance_count, sgemm_order
 
     config = RelayConfig()
-    assert (config.challenge_max_instances, config.roll_call_target_s) == (CHALLENGE_MAX_INSTANCES,
-                                                                          ROLL_CALL_TARGET_S)
-    evidence: dict[str, Any] = {"cpu": {"gflops_fp32": {"n": 512, "instances": [{}, {}, {}]}}}
-    listed = {"cpu": {"cores": 8, "gflops_fp32": 60.0}, "evidence": evidence}
-    assert challenge_shape(listed) == (instance_count(evidence, 8), sgemm_order(evidence),
-                                       reps_for(60.0, 3, 512, 1.0)) == (3, 512, 64)  # 74 fit; MAX_BYTES holds 64
-    unlisted = {"cpu": {"cores": 100, "gflops_fp32": 6400.0}, "evidence": {"cpu": {"gflops_fp32": {"n": 1024}}}}
-    assert challenge_shape(unlisted) == (64, 1024, reps_for(6400.0, 64, 1024, 1.0))
-    assert challenge_shape({"cpu": {"cores": 2, "gflops_fp32": 9.0}, "evidence": {}}) is None  # no order
+    assert (config.challenge_max_instances, config.roll_call_target_s, config.core_floor_gflops) == (
+        CHALLENGE_MAX_INSTANCES, ROLL_CALL_TARGET_S, CORE_FLOOR_GFLOPS)
+
+    def relays(profile: dict[str, Any]) -> tuple[int, int, int]:
+        ev, cpu = profile["evidence"], profile["cpu"]
+        ch = new_challenge("n", cpu["gflops_fp32"], instance_count(ev, cpu["cores"]), sgemm_order(ev),
+                           {"value": "00" * 32, "round": 0}, "ab" * 16, None, 0.0, config,
+                           target_s=config.roll_call_target_s)
+        return len(ch.seeds), ch.n, ch.reps
+
+    cases: list[dict[str, Any]] = [
+        {"cpu": {"cores": 8, "gflops_fp32": 60.0},
+         "evidence": {"cpu": {"gflops_fp32": {"n": 512, "instances": [{}, {}, {}]}}}},
+        {"cpu": {"cores": 100, "gflops_fp32": 6400.0}, "evidence": {"cpu": {"gflops_fp32": {"n": 1024}}}},
+        {"cpu": {"cores": 2, "gflops_fp32": 0.5}, "evidence": {}},                      # no order; tiny claim
+        {"cpu": {"cores": 4, "gflops_fp32": 300.0}, "evidence": {"cpu": {"gflops_fp32": {"n": 99_999}}}},
+    ]
+    for profile in cases:
+        assert challenge_shape(profile) == relays(profile), profile
+    assert challenge_shape({"cpu": {"cores": 2, "gflops_fp32": None}, "evidence": {}}) is None
 
 
 def test_a_live_session_warms_its_reactors_before_it_connects(artifacts: object) -> None:
@@ -85,7 +98,9 @@ def test_a_live_session_warms_its_reactors_before_it_connects(artifacts: object)
             assert time.monotonic() < deadline, "no connection attempt within 60 s"
             time.sleep(0.05)
         assert session.errors[0]["code"] == "connection", session.errors
-        assert len(session._pool._reactors) == 2  # warmed before the first attempt to connect
+        reactors = session._pool._reactors
+        assert len(reactors) == 2  # made before the first attempt to connect, and each computed its products
+        assert all(int(r.call("ce_challenge_root")) != 0 for r in reactors)
     finally:
         session.stop()
 
@@ -99,3 +114,27 @@ def test_reconnect_waits_are_drawn_and_back_off() -> None:
                                                                      1.499 * RECONNECT_FIRST_S)
     assert [reconnect_wait_s(f, 0.5) for f in range(7)] == [2.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert reconnect_wait_s(50, 0.999) == 1.499 * RECONNECT_MAX_S
+
+
+def test_a_session_backs_off_while_its_relay_is_away(monkeypatch: Any, artifacts: object) -> None:
+    """The run loop uses the drawn, doubling waits (the pure function above): with the first wait scaled to
+    0.2 s, the gaps between failed attempts to a closed port grow from 0.1-0.3 s to 0.8-2.4 s by the fourth."""
+    import host_runner.live_client as live_client
+    from common.keys import NodeKey
+
+    monkeypatch.setattr(live_client, "RECONNECT_FIRST_S", 0.2)
+    session = live_client.LiveSession(f"http://127.0.0.1:{free_port()}", NodeKey.generate())
+    session.start()
+    try:
+        seen: list[float] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 5:
+            assert time.monotonic() < deadline, session.errors
+            if len(session.errors) > len(seen):
+                seen.append(time.monotonic())
+            time.sleep(0.005)
+    finally:
+        session.stop()
+    gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
+    assert all(e["code"] == "connection" for e in session.errors), session.errors
+    assert gaps[0] < 0.5 and gaps[3] >= 0.75 and gaps[3] > gaps[0], gaps
