@@ -123,6 +123,17 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
             "reached": min(reached) if reached else float("nan"), "widest": widest}
 
 
+def honest_node(relay_url: str, capsule: Path, scratch: Path) -> tuple[NodeKey, LiveSession]:
+    """A node measured here, registered with the relay, and its live session answering every challenge."""
+    from host_runner.node import RunOptions, measure
+    from host_runner.relay_client import fetch_beacon, post_profile
+
+    honest = NodeKey.generate()
+    opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=False, jitter=False, scratch=scratch)
+    post_profile(relay_url, measure(honest, fetch_beacon(relay_url), opts).profile)
+    return honest, LiveSession(relay_url, honest, reactor_wasm=capsule.with_name("capsule-reactor.wasm")).start()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", default="100,1000")
@@ -134,13 +145,7 @@ def main() -> int:
         relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
         try:
             pairs, _ = register_nodes(relay, max(steps))
-            from host_runner.node import RunOptions, measure
-            from host_runner.relay_client import fetch_beacon, post_profile
-
-            honest = NodeKey.generate()
-            opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=False, jitter=False, scratch=Path(tmp))
-            post_profile(relay.url, measure(honest, fetch_beacon(relay.url), opts).profile)
-            node = LiveSession(relay.url, honest, reactor_wasm=capsule.with_name("capsule-reactor.wasm")).start()
+            honest, node = honest_node(relay.url, capsule, Path(tmp))
             reference = None
             try:
                 for n in steps:

@@ -35,9 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.kernels_paired import cpu_model  # noqa: E402
 from bench.relay_sessions import cpu_s, register_nodes  # noqa: E402
-from bench.roll_call import RELAY, silent_session  # noqa: E402
+from bench.roll_call import RELAY, honest_node, silent_session  # noqa: E402
 from common.keys import NodeKey, load_or_create  # noqa: E402
-from host_runner.live_client import LiveSession  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 
@@ -121,13 +120,7 @@ def main() -> int:
             b.start(timeout=60)
             try:
                 pairs, _ = register_nodes(a, max(steps) or 1)
-                from host_runner.node import RunOptions, measure
-                from host_runner.relay_client import fetch_beacon, post_profile
-
-                honest = NodeKey.generate()
-                opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=False, jitter=False, scratch=root)
-                post_profile(a.url, measure(honest, fetch_beacon(a.url), opts).profile)
-                node = LiveSession(a.url, honest, reactor_wasm=capsule.with_name("capsule-reactor.wasm")).start()
+                honest, node = honest_node(a.url, capsule, root)
                 reference = None
                 try:
                     for n in steps:
