@@ -68,6 +68,9 @@ def world() -> Iterator[dict[tuple[int, int], float]]:
     router = "cewR"
     hosts = [h for h in REGION_OF if h != BROWSER]
     delayer: subprocess.Popen[str] | None = None
+    # A run killed before its teardown (a CI machine reused, a session ended mid-run) leaves these names behind;
+    # they are this test's own, so they are removed first rather than failing on "File exists".
+    remove_world(router, hosts)
     try:
         sh("ip", "netns", "add", router)
         for setting in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
@@ -103,11 +106,17 @@ def world() -> Iterator[dict[tuple[int, int], float]]:
     finally:
         if delayer is not None:
             delayer.kill()
-        sh("ip", "route", "del", "10.78.0.0/16", check=False)
-        sh("ip", "link", "del", f"cewv{BROWSER}", check=False)
-        for h in hosts:
-            sh("ip", "netns", "del", f"cew{h}", check=False)
-        sh("ip", "netns", "del", router, check=False)
+        remove_world(router, hosts)
+
+
+def remove_world(router: str, hosts: list[int]) -> None:
+    """Deletes what the world fixture creates, whatever of it exists (deleting a namespace deletes its links)."""
+    sh("ip", "route", "del", "10.78.0.0/16", check=False)
+    sh("ip", "link", "del", f"cewv{BROWSER}", check=False)
+    for h in hosts:
+        sh("ip", "netns", "del", f"cew{h}", check=False)
+        sh("ip", "link", "del", f"cewv{h}", check=False)  # a veth not yet moved into its namespace
+    sh("ip", "netns", "del", router, check=False)
 
 
 def in_ns(host: int, *cmd: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
