@@ -31,8 +31,11 @@ import build  # noqa: E402  (the repository's build script)
 # drive a browser through a Pyodide join, and a second test beside them would move what they measure. The
 # workers share two lock files: every test passes a turnstile, then holds the main lock shared, or, marked
 # `alone`, holds both exclusively from setup to teardown (its module's fixtures included), so it runs with
-# nothing else, as in a serial run. The turnstile keeps a waiting `alone` test from being overtaken.
+# nothing else, as in a serial run. The turnstile keeps a waiting `alone` test from being overtaken. A worker
+# whose next test is `alone` too keeps both locks: released between them, the other worker would slip one
+# test in, and the machine would run that test by itself while the `alone` one waited for it.
 _LOCK_DIR = Path(os.environ.get("CE_BENCH_TEST_LOCKS", "/tmp"))
+_held: list[Any] = []  # the open lock files while this worker keeps the machine across `alone` tests
 
 
 def _run_lock_paths(config: pytest.Config) -> tuple[Path, Path] | None:
@@ -52,17 +55,27 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     alone = item.get_closest_marker("alone") is not None
-    with open(paths[0], "a") as gate, open(paths[1], "a") as main:
+    keep = alone and nextitem is not None and nextitem.get_closest_marker("alone") is not None
+    if _held:  # the previous test was `alone` and so is this one: the locks are still held
+        gate, main = _held
+        _held.clear()
+    else:
+        gate, main = open(paths[0], "a"), open(paths[1], "a")  # noqa: SIM115 - closed below or by the next test
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         if not alone:
             fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
+    try:
+        yield
+    finally:
+        if keep:
+            _held.extend((gate, main))
+        else:
             fcntl.flock(main, fcntl.LOCK_UN)
             if alone:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+            gate.close()
+            main.close()
 
 
 @dataclass(frozen=True)

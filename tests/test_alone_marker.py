@@ -38,21 +38,36 @@ def test_alone_{i}(span):
 """
 
 
-def test_alone_tests_run_with_nothing_beside_them_and_the_rest_two_at_a_time(tmp_path: Path) -> None:
+STREAK = """
+import time
+import pytest
+pytestmark = pytest.mark.alone
+""" + "".join(f"""
+def test_streak_{i}(span):
+    time.sleep(0.4)
+""" for i in range(3))
+
+
+def run_suite(tmp_path: Path, modules: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """Runs the generated modules under `pytest -n 2 --dist loadfile`; each test's (start, end)."""
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
-    for i in range(4):  # one module per test: --dist loadfile spreads them over both workers
-        (suite / f"test_s{i}.py").write_text(SHARED.format(i=i))
-    for i in range(2):
-        (suite / f"test_a{i}.py").write_text(ALONE.format(i=i))
+    for name, text in modules.items():
+        (suite / name).write_text(text)
     spans_file = tmp_path / "spans.jsonl"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "-n", "2", "--dist", "loadfile", "-c", "/dev/null", "--rootdir", str(suite), str(suite)],
                          capture_output=True, text=True, timeout=120, cwd=suite,
                          env={"SPANS": str(spans_file), "PATH": "/usr/bin"})
     assert run.returncode == 0, run.stdout + run.stderr
-    spans = {name: (start, end) for name, start, end in map(json.loads, spans_file.read_text().splitlines())}
+    return {name: (start, end) for name, start, end in map(json.loads, spans_file.read_text().splitlines())}
+
+
+def test_alone_tests_run_with_nothing_beside_them_and_the_rest_two_at_a_time(tmp_path: Path) -> None:
+    # one module per test: --dist loadfile spreads them over both workers
+    spans = run_suite(tmp_path, {**{f"test_s{i}.py": SHARED.format(i=i) for i in range(4)},
+                                 **{f"test_a{i}.py": ALONE.format(i=i) for i in range(2)}})
     assert len(spans) == 6, spans
 
     def overlap(a: str, b: str) -> bool:
@@ -65,3 +80,16 @@ def test_alone_tests_run_with_nothing_beside_them_and_the_rest_two_at_a_time(tmp
     shared = [n for n in spans if n.startswith("test_shared")]
     # the precondition that makes the check above mean something: two workers did run tests side by side
     assert any(overlap(a, b) for i, a in enumerate(shared) for b in shared[i + 1:]), spans
+
+
+def test_consecutive_alone_tests_of_a_worker_keep_the_machine(tmp_path: Path) -> None:
+    """Three `alone` tests in one module run back to back: no test of the other worker starts between them
+    (released in between, the other worker would slip one in and the machine would run it by itself)."""
+    spans = run_suite(tmp_path, {"test_streak.py": STREAK, **{f"test_s{i}.py": SHARED.format(i=i) for i in range(6)}})
+    assert len(spans) == 9, spans
+    streak = sorted(spans[f"test_streak_{i}"] for i in range(3))
+    first, last = streak[0][0], streak[-1][1]
+    inside = [n for n, (start, _) in spans.items() if not n.startswith("test_streak") and first < start < last]
+    assert not inside, (inside, spans)
+    # the precondition: the other worker had tests to slip in, and ran some before or after the streak
+    assert any(start < first or start > last for n, (start, _) in spans.items() if n.startswith("test_shared")), spans

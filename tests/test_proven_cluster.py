@@ -21,7 +21,16 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
-from tests.test_proven import SHARED, challenges, join_verified, next_proof, node, registered, shared_roll_calls, until
+from tests.test_proven import (
+    SHARED_SGEMM,
+    challenges,
+    join_verified,
+    next_proof,
+    node,
+    registered,
+    shared_roll_calls,
+    until,
+)
 from tests.threaded import in_thread
 
 # run alone (tests/conftest.py): roll-call answers within a common deadline, compared across roll calls
@@ -44,7 +53,7 @@ def measured(artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(2)]  # ids known before they start
     with NatsProcess(tmp_path / "nats") as nats:
-        relays = [RelayProcess(tmp_path / f"r{i}", *SHARED, "--nats", nats.url, "--ip-rate", "1000",
+        relays = [RelayProcess(tmp_path / f"r{i}", *SHARED_SGEMM, "--nats", nats.url, "--ip-rate", "1000",
                                "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]
         try:
             yield nats, relays, keys
@@ -86,7 +95,7 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
     until("the relays hear each other", 30, lambda: a.get("/v1/relays")[1]["leader"] == leader
           and b.get("/v1/relays")[1]["leader"] == leader)
     assert {r["relay"] for r in listed["relays"]} == {k.node_id for k in relay_keys}
-    keys = [registered(a, measured) for _ in range(4)]
+    keys = [registered(a, measured, llm=False) for _ in range(4)]  # GFLOP/s compared: SGEMM-only roll calls
     until("profiles on both relays", 30, lambda: all(b.get(f"/v1/nodes/{k.node_id}")[0] == 200 for k in keys))
     sessions = [LiveSession(a.url, keys[0], reactor_wasm=artifacts.reactor).start()]
     try:
