@@ -272,33 +272,6 @@ def join_verified(relay: RelayProcess, key: NodeKey, session: LiveSession) -> Li
     return session
 
 
-def test_identities_on_several_addresses_count_one_machine(tmp_path: Any, measured: dict[str, Any],
-                                                           artifacts: Any) -> None:
-    """Four identities from four source addresses (127.0.0.2-5; once each was challenged at its own moment and
-    counted in full, 4.2x the machine), each claiming the whole machine and verified alone: at roll calls they
-    share it. One identity alone over 3 roll calls, then all four over 3 roll calls that challenged every one
-    of them: the best proven total of the second is at most 1.3x the first's best. (Sharing, each is 4x slower
-    than its claim and misses the common deadline; what a machine can count at all is bounded in
-    tests/test_rollcall.py.)"""
-    with RelayProcess(tmp_path / "relay", *SHARED_SGEMM) as relay:
-        keys = [registered(relay, measured, llm=False) for _ in range(4)]  # GFLOP/s compared: SGEMM roll calls
-        sessions = [LiveSession(relay.url, keys[0], reactor_wasm=artifacts.reactor,
-                                connect_options={"source_address": ("127.0.0.2", 0)}).start()]
-        try:
-            alone = shared_roll_calls(relay, keys[:1], 3, 180)
-            for i, k in enumerate(keys[1:]):
-                sessions.append(join_verified(relay, k, LiveSession(
-                    relay.url, k, reactor_wasm=artifacts.reactor,
-                    connect_options={"source_address": (f"127.0.0.{3 + i}", 0)})))
-            together = shared_roll_calls(relay, keys, 3, 300)
-            print(f"alone {alone} vs four identities {together} (GFLOP/s proven per roll call)")
-            assert max(alone) > 0  # the precondition: this machine does count when alone
-            assert max(together) <= 1.3 * max(alone), (alone, together)
-        finally:
-            for s in sessions:
-                s.stop()
-
-
 def test_forwarded_for_is_ignored_unless_the_proxy_is_trusted(tmp_path: Any) -> None:
     """Per-address rate limits see through X-Forwarded-For from an untrusted peer (uvicorn believed it from
     127.0.0.1, so one client became as many hosts as headers it sent); a named proxy is believed."""

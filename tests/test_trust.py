@@ -340,9 +340,9 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
 def test_three_identities_on_one_machine_count_one_machine(tmp_path: Path) -> None:
     """Three `ce-bench node` agents with different keys on this machine: what roll calls prove for the three
     together is at most 1.3x what they prove for one agent alone (they are challenged at the same moment,
-    so they share the machine; tests/test_proven.py does the same from several addresses). Compared: the
-    best proven total of 3 finished roll calls that challenged every agent, one agent first, then three (no
-    roll call of the three may exceed 1.3x the lone agent's best)."""
+    so they share the machine; tests/test_proven_cluster.py does the same from several addresses and
+    relays). Compared: the best proven total of 3 finished roll calls that challenged every agent, one agent
+    first, then three (no roll call of the three may exceed 1.3x the lone agent's best)."""
     from tests.test_proven import shared_roll_calls
 
     with RelayProcess(tmp_path / "relay", *FAST) as relay:
