@@ -79,6 +79,18 @@ def reps_for(claimed_gflops: float, instances: int, n: int, target_s: float) -> 
     return int(max(1, min(reps, MAX_BYTES // (4 * n * n))))
 
 
+def challenge_size(claimed_gflops: float, instances: int, evidence_n: object, target_s: float,
+                   max_instances: int, core_floor_gflops: float) -> tuple[int, int, int]:
+    """(instances, order, products per instance) of an SGEMM challenge to a claim: at most max_instances,
+    the probe's own order (order_of), and the work of the claim for target_s, but never less than
+    core_floor_gflops per instance (a tiny claim must not make cores free to show). The relay sizes its
+    challenges with it (web/challenges.py), and a node warms its reactors for the same (host_runner/agent.py)."""
+    k = max(1, min(instances, max_instances))
+    n = order_of(evidence_n)
+    per_instance = max(claimed_gflops / k, core_floor_gflops)
+    return k, n, reps_for(per_instance * k, k, n, target_s)
+
+
 def order_of(evidence_n: object) -> int:
     """The challenge's order: the probe's own (its speed depends on n through the caches), held in range."""
     n = evidence_n if type(evidence_n) is int else DEFAULT_N

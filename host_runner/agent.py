@@ -67,7 +67,7 @@ def challenge_shape(profile: dict[str, Any]) -> tuple[int, int, int] | None:
     """(instances, SGEMM order, products per instance) of a relay's roll-call challenge to this profile, sized
     as web/challenges.py new_challenge sizes it from the same evidence (web/summary.py), so the session can
     warm that many reactors with that much memory first; None where the profile claims no GFLOP/s."""
-    from capsule.challenge import order_of, reps_for
+    from capsule.challenge import challenge_size
 
     sgemm = ((profile.get("evidence") or {}).get("cpu") or {}).get("gflops_fp32") or {}
     listed = sgemm.get("instances")
@@ -75,10 +75,8 @@ def challenge_shape(profile: dict[str, Any]) -> tuple[int, int, int] | None:
     claimed = profile["cpu"].get("gflops_fp32")
     if type(instances) is not int or instances <= 0 or not isinstance(claimed, int | float) or claimed <= 0:
         return None
-    k = min(instances, CHALLENGE_MAX_INSTANCES)
-    n = order_of(sgemm.get("n"))
-    per_instance = max(float(claimed) / k, CORE_FLOOR_GFLOPS)
-    return k, n, reps_for(per_instance * k, k, n, ROLL_CALL_TARGET_S)
+    return challenge_size(float(claimed), instances, sgemm.get("n"), ROLL_CALL_TARGET_S, CHALLENGE_MAX_INSTANCES,
+                          CORE_FLOOR_GFLOPS)
 
 
 class Agent:

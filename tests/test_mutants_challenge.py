@@ -18,6 +18,7 @@ from capsule.challenge import (
     LLM_MAX_DECODE,
     MAX_BYTES,
     ChallengeError,
+    challenge_size,
     check_entries,
     check_proof,
     decode_for,
@@ -230,3 +231,19 @@ def test_malformed_rows_are_refused_with_the_reason(text: object, n: int, detail
 
 def test_the_cap_holds_for_any_order() -> None:
     assert reps_for(1e9, 1, 1000, 1.0) == MAX_BYTES // (4 * 1000 * 1000)
+
+
+def test_challenge_size_caps_instances_holds_the_order_and_floors_each_instance() -> None:
+    # 60 GFLOP/s on 3 instances of n=512 for 1 s: 20 per instance, 74.5 products fit, MAX_BYTES keeps 64
+    assert challenge_size(60.0, 3, 512, 1.0, 64, 2.0) == (3, 512, reps_for(60.0, 3, 512, 1.0)) == (3, 512, 64)
+    assert challenge_size(6400.0, 100, 1024, 1.0, 64, 2.0)[0] == 64  # at most max_instances
+    assert challenge_size(50.0, 0, 1024, 1.0, 64, 2.0)[0] == 1        # at least one
+    assert challenge_size(50.0, 2, 99_999, 1.0, 64, 2.0)[1] == 2048   # the order held in range (order_of)
+    assert challenge_size(50.0, 2, None, 1.0, 64, 2.0)[1] == 1024     # no order named: the default
+    # a tiny claim is given the core floor's work per instance: 2 GFLOP/s each for 1 s at n=128 is 476 products
+    floored = challenge_size(0.01, 4, 128, 1.0, 64, 2.0)
+    assert floored == (4, 128, reps_for(8.0, 4, 128, 1.0)) == (4, 128, 476)
+    assert challenge_size(8.0, 4, 128, 1.0, 64, 2.0) == floored   # a claim of exactly the floor: the same
+    assert challenge_size(12.0, 4, 128, 1.0, 64, 2.0)[2] == 715   # above the floor: the claim's own work
+    assert challenge_size(0.01, 4, 128, 1.0, 64, 3.0)[2] == 715   # a higher floor: more work
+    assert challenge_size(12.0, 4, 128, 0.5, 64, 2.0)[2] == 357   # half the target: half the products

@@ -39,13 +39,12 @@ from capsule import plausibility
 from capsule.challenge import (
     LLM_PROMPT,
     ChallengeError,
+    challenge_size,
     check_entries,
     check_proof,
     decode_for,
     decode_row,
     instance_seed,
-    order_of,
-    reps_for,
 )
 from web.config import RelayConfig
 
@@ -157,11 +156,9 @@ def implausible(ch: Challenge) -> str | None:
 def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: object, beacon: dict[str, Any],
                   nonce: str, rtt_ms: float | None, now: float, config: RelayConfig,
                   target_s: float | None = None) -> Challenge:
-    k = max(1, min(instances, config.challenge_max_instances))
-    n = order_of(sgemm_n)
-    # never less than the core floor's work per instance: a tiny claim must not make cores free to show
-    per_instance = max(claimed_gflops / k, config.core_floor_gflops)
-    reps = reps_for(per_instance * k, k, n, target_s if target_s is not None else config.challenge_target_s)
+    k, n, reps = challenge_size(claimed_gflops, instances, sgemm_n,
+                                target_s if target_s is not None else config.challenge_target_s,
+                                config.challenge_max_instances, config.core_floor_gflops)
     seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
     return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0,
                      beacon_value=str(beacon["value"]))
