@@ -88,8 +88,15 @@ void ce_json_number(ce_json *j, double v) {
         puts_(j, "null");
         return;
     }
-    char tmp[40];
-    snprintf(tmp, sizeof tmp, "%.6g", v);
+    /* The fewest significant digits (15 to 17) that read back as the same double, and always a decimal
+     * point or an exponent: a measured figure stays a JSON float even when it lands on an integer (%.6g
+     * once wrote 1196.0002 as the integer 1196, and 123456.7 as 123457). */
+    char tmp[48];
+    for (int digits = 15; digits <= 17; ++digits) {
+        snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    if (!strpbrk(tmp, ".eE")) strcat(tmp, ".0");
     puts_(j, tmp);
 }
 

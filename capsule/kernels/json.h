@@ -22,8 +22,9 @@ void ce_json_begin_array(ce_json *j);
 void ce_json_end_array(ce_json *j);
 void ce_json_key(ce_json *j, const char *key);
 void ce_json_string(ce_json *j, const char *s);
+/* A double as the shortest text that reads back as the same double, always a JSON float (1196.0). */
 void ce_json_number(ce_json *j, double v);
-/* A number with a fixed count of decimals (timestamps: %.6g would keep 6 significant digits only). */
+/* A number with a fixed count of decimals (timestamps, whose digits past the millisecond mean nothing). */
 void ce_json_fixed(ce_json *j, double v, int decimals);
 void ce_json_int(ce_json *j, long long v);
 void ce_json_bool(ce_json *j, int v);
