@@ -167,3 +167,32 @@ def test_bandwidth_takes_off_the_lowest_rtt_not_one_a_node_can_raise() -> None:
     s.start_bw_probe(now=50.0)
     # 256 KiB in 100 ms after the 10 ms the path takes: 21 Mbit/s (taking off the smoothed RTT would say more)
     assert s.bw_ack(256 * 1024, now=50.0 + 0.010 + 0.100) == pytest.approx(8 * 256 * 1024 / 0.100 / 1e6, abs=0.1)
+
+
+def test_pongs_that_waited_for_a_challenge_stay_out_of_the_link_sample() -> None:
+    """A node answering a challenge (a roll call asks every node at once) may answer pings only after its
+    work: such pongs say nothing of the network. Kept out of the link window, ping and pong alike, whether the
+    challenge was outstanding when the pong arrived or when its ping was sent."""
+    s = Session("0" * 32, node_id=NODE)
+    waited = s.ping(now=0.0, busy=True)            # sent during the challenge, answered after it
+    before = s.ping(now=0.5)                       # sent before it, answered during it
+    s.pong(before["id"], now=2.4, busy=True)
+    s.pong(waited["id"], now=2.5)
+    assert s.link_body(RELAY, now=1e9) is None     # neither pong counts towards the window
+    assert s.rtt_median_ms is None                 # nor towards the RTT a challenge subtracts
+    for i, delay_ms in enumerate((21.0, 20.0, 22.0)):
+        ping = s.ping(now=10.0 + i)
+        s.pong(ping["id"], now=10.0 + i + delay_ms / 1000)
+    body = s.link_body(RELAY, now=1e9)
+    assert body is not None
+    assert body["rtt_ms"] == pytest.approx(20.0) and body["jitter_ms"] == pytest.approx(1.5)
+    assert body["loss"] == 0.0                     # the two pings that waited are not lost either
+    assert not s.busy_pings
+
+
+def test_a_ping_sent_busy_and_forgotten_leaves_no_mark() -> None:
+    s = Session("0" * 32, node_id=NODE)
+    first = s.ping(now=0.0, busy=True)["id"]
+    for i in range(PINGS_KEPT):
+        s.ping(now=1.0 + i)
+    assert first not in s.pings and first not in s.busy_pings

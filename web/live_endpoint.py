@@ -53,10 +53,14 @@ async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
     await conn.ws.send_json({"type": "ack", "seq": session.last_seq})
 
 
+def answering_a_challenge(conn: Connection) -> bool:
+    """Whether the node owes this relay a challenge's answer now: its pongs may wait behind that work."""
+    return conn.challengee is not None and conn.challengee.challenge is not None
+
+
 async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     relay, session = conn.relay, conn.session
-    busy = conn.challengee is not None and conn.challengee.challenge is not None
-    rtt = session.pong(message.get("id"), time.perf_counter(), busy)
+    rtt = session.pong(message.get("id"), time.perf_counter(), answering_a_challenge(conn))
     if session.node_id:
         relay.atlas.heartbeat(session.node_id, time.time(), rtt)
     if conn.challengee is not None:  # the median: a node cannot buy time with a few delayed pongs
@@ -143,7 +147,7 @@ async def pinger(conn: Connection) -> None:
     config, session = conn.relay.config, conn.session
     while True:
         await asyncio.sleep(config.heartbeat_interval_s)
-        await conn.ws.send_json(session.ping(time.perf_counter()))
+        await conn.ws.send_json(session.ping(time.perf_counter(), answering_a_challenge(conn)))
         if (session.wants_bw_probe(conn.probe_rng.random(), config.bw_probe_chance)
                 and conn.relay.bw_probe_budget.take("probes", time.monotonic()) == 0):
             session.start_bw_probe(time.perf_counter())
