@@ -280,12 +280,11 @@ def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Bro
     size, the capsule's aggregate), and the median of per-round ratios is bounded. Where both pages chose
     twice the cores, that count is measured against the cores' count: something is always compared."""
     import os
-    import statistics
 
     from capsule.aggregate import aggregate
     from capsule.plan import instance_seed
     from capsule.probe_report import parse_report
-    from tests.test_whole_cpu import MAX_ROUNDS, RATIOS, ROUND_BUDGET_MS, compared_pairs
+    from tests.test_whole_cpu import ROUND_BUDGET_MS, compare_in_rounds, compared_pairs, judge_ratios, summary
 
     cores = os.cpu_count() or 1
     plain, claimed = whole_device(browser, relay, None), whole_device(browser, relay, 8)
@@ -316,27 +315,12 @@ def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Bro
             f = aggregate(reports, reports[0])
             return f.gflops_fp32 if probe == "sgemm" else f.mem_bw_gbps
 
-        # rounds until enough pairs had a figure on both sides, up to a cap: why in tests/test_whole_cpu.py
-        ratios: dict[tuple[str, int, int], list[float]] = {(p, b, o): [] for p in RATIOS for b, o in pairs}
-        for r in range(max(MAX_ROUNDS.values())):
-            for (probe, base, other), values in ratios.items():
-                if r >= MAX_ROUNDS[probe] or len(values) >= RATIOS[probe]:
-                    continue
-                order = (base, other) if r % 2 == 0 else (other, base)
-                got = dict(zip(order, (figure(probe, k) for k in order), strict=True))
-                mine, theirs = got[base], got[other]
-                if mine is not None and theirs is not None:  # None: no common window (said in evidence)
-                    values.append(theirs / mine)
+        # rounds until enough pairs had a figure on both sides or settled, up to a cap: tests/test_whole_cpu.py
+        ratios = compare_in_rounds(pairs, figure)
     finally:
         context.close()
-    for (probe, base, other), values in ratios.items():
-        assert len(values) >= RATIOS[probe], (probe, other, f"too few of {MAX_ROUNDS[probe]} rounds had a figure",
-                                              values)
-        median = statistics.median(values)
-        assert median <= 1.10, (probe, f"{other} workers vs {base}", "inflated", values)  # summed medians: ~2x
-        assert median >= 0.75, (probe, f"{other} workers vs {base}", "deflated", values)
-    print(f"claimed-core test (Chromium): plain {honest}, claimed {chose}, compared {pairs}, STREAM {stream_mib} MiB:",
-          {key: round(statistics.median(v), 3) for key, v in ratios.items()})
+    judge_ratios(ratios, "workers")
+    print(f"claimed-core test (Chromium): plain {honest}, claimed {chose}, STREAM {stream_mib} MiB:", summary(ratios))
 
 
 WIDER_THAN_VIEWPORT = """() => [...document.querySelectorAll('body *')]

@@ -24,8 +24,10 @@ per-instance medians (the bug this guards against) gives ~2x (STREAM 1.96-2.00, 
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
+from collections.abc import Callable
 
 import pytest
 
@@ -55,6 +57,69 @@ SEED = "ab" * 32
 # one, up to a cap; a VM too busy to give them fails, saying so.
 RATIOS = {"sgemm": 16, "stream": 32}  # pairs with a figure on both sides, per probe and compared pair
 MAX_ROUNDS = {"sgemm": 24, "stream": 64}
+# A comparison may settle before RATIOS pairs when its pairs already prove both bounds on the median without
+# assuming a distribution: the k-th smallest of n ratios lies below the median with probability
+# P(Binomial(n, 1/2) >= k), so when that order statistic is <= 1.10 (and its mirror >= 0.75) at this level the
+# bound holds at 99% whatever the spread. SGEMM's ~3% spread settles at 8 pairs (all 8 within the bounds);
+# STREAM's settles when few pairs straddled a flip of the host. A failing build (the summed medians, ~2x)
+# never settles early: it is judged on all RATIOS pairs.
+SETTLE_LEVEL = 0.01
+SETTLE_MIN_PAIRS = 8
+BOUNDS = (0.75, 1.10)  # the median of other/base ratios: deflated below, inflated above
+
+
+def order_statistic_bound(n: int, level: float = SETTLE_LEVEL) -> int | None:
+    """The smallest k (1-based) with P(Binomial(n, 1/2) >= k) <= level: the k-th smallest of n samples is
+    above the median except with that probability. None when no k is (n too small)."""
+    tail = 0.0
+    for k in range(n, 0, -1):
+        tail += math.comb(n, k) / 2**n
+        if tail > level:
+            return k + 1 if k < n else None
+    return None  # pragma: no cover - the tail reaches 1 before k = 0
+
+
+def settled(values: list[float]) -> bool:
+    """Whether these ratios prove both BOUNDS on their median at SETTLE_LEVEL (see SETTLE_LEVEL)."""
+    n = len(values)
+    k = order_statistic_bound(n) if n >= SETTLE_MIN_PAIRS else None
+    if k is None:
+        return False
+    ordered = sorted(values)
+    return ordered[k - 1] <= BOUNDS[1] and ordered[n - k] >= BOUNDS[0]
+
+
+Key = tuple[str, int, int]  # (probe, base count, other count)
+
+
+def compare_in_rounds(pairs: list[tuple[int, int]],
+                      figure: Callable[[str, int], float | None]) -> dict[Key, list[float]]:
+    """Per probe and compared pair, other/base ratios of figures measured back to back in ABBA order, in rounds
+    until RATIOS of them had a figure on both sides or they settled, up to MAX_ROUNDS."""
+    ratios: dict[Key, list[float]] = {(p, b, o): [] for p in RATIOS for b, o in pairs}
+    for r in range(max(MAX_ROUNDS.values())):
+        for (probe, base, other), values in ratios.items():
+            if r >= MAX_ROUNDS[probe] or len(values) >= RATIOS[probe] or settled(values):
+                continue
+            order = (base, other) if r % 2 == 0 else (other, base)  # ABBA: neither side always first
+            got = dict(zip(order, (figure(probe, k) for k in order), strict=True))
+            mine, theirs = got[base], got[other]
+            if mine is not None and theirs is not None:  # None: no common window (said in evidence)
+                values.append(theirs / mine)
+    return ratios
+
+
+def judge_ratios(ratios: dict[Key, list[float]], unit: str) -> None:
+    for (probe, base, other), values in ratios.items():
+        assert len(values) >= RATIOS[probe] or settled(values), (
+            probe, other, f"too few of {MAX_ROUNDS[probe]} rounds had a figure", values)
+        median = statistics.median(values)
+        assert median <= BOUNDS[1], (probe, f"{other} {unit} vs {base}", "inflated", values)  # summed medians: ~2x
+        assert median >= BOUNDS[0], (probe, f"{other} {unit} vs {base}", "deflated", values)
+
+
+def summary(ratios: dict[Key, list[float]]) -> dict[str, str]:
+    return {f"{p} {o} vs {b}": f"median {statistics.median(v):.3f} of {len(v)}" for (p, b, o), v in ratios.items()}
 ROUND_BUDGET_MS = {"sgemm": 400, "stream": 500}  # a few products / triad passes per instance and round
 STREAM_MIB = None  # the capsule's default, the array size `ce-bench run` measures with (64 MiB per array)
 
@@ -85,30 +150,26 @@ def test_something_is_always_compared() -> None:
                     not wanted and pairs == [(cores, honest)]), (cores, honest, claimed, pairs)
 
 
+def test_a_comparison_settles_early_only_when_its_pairs_prove_both_bounds() -> None:
+    assert [order_statistic_bound(n) for n in (5, 7, 8, 12, 16, 32)] == [None, 7, 8, 11, 14, 24]
+    assert all(math.fsum(math.comb(n, j) for j in range(k, n + 1)) / 2**n <= SETTLE_LEVEL
+               for n in range(7, 40) if (k := order_statistic_bound(n)) is not None)
+    assert settled([0.95] * 8) and not settled([0.95] * 7)  # SETTLE_MIN_PAIRS
+    assert not settled([0.95] * 7 + [1.2])                  # at 8 pairs every one must be within the bounds
+    assert settled([0.95] * 10 + [1.2, 0.7])                # at 12, one beyond each bound may be
+    assert not settled([0.95] * 10 + [1.2, 1.3])
+    assert not settled([2.0] * 32) and not settled([0.5] * 32)  # a failing build is judged on all pairs
+
+
 def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artifacts) -> None:
     cores = os.cpu_count() or 1
     honest, claimed = (find_instances(artifacts.capsule, SEED, claim)[1] for claim in (cores, 8))
     assert 1 <= honest <= 2 * cores and 1 <= claimed <= 2 * cores, (honest, claimed)
     pairs = compared_pairs(cores, honest, claimed)
     assert pairs and all(base != other for base, other in pairs), (cores, honest, claimed, pairs)
-    ratios: dict[tuple[str, int, int], list[float]] = {(p, b, o): [] for p in RATIOS for b, o in pairs}
-    for r in range(max(MAX_ROUNDS.values())):
-        for (probe, base, other), values in ratios.items():
-            if r >= MAX_ROUNDS[probe] or len(values) >= RATIOS[probe]:
-                continue
-            order = (base, other) if r % 2 == 0 else (other, base)  # ABBA: neither side always first
-            got = dict(zip(order, (figure(artifacts, probe, k) for k in order), strict=True))
-            mine, theirs = got[base], got[other]
-            if mine is not None and theirs is not None:  # None: no common window (said in evidence)
-                values.append(theirs / mine)
-    for (probe, base, other), values in ratios.items():
-        assert len(values) >= RATIOS[probe], (probe, other, f"too few of {MAX_ROUNDS[probe]} rounds had a figure",
-                                              values)
-        median = statistics.median(values)
-        assert median <= 1.10, (probe, f"{other} instances vs {base}", "inflated", values)
-        assert median >= 0.75, (probe, f"{other} instances vs {base}", "deflated", values)
-    print(f"claimed-core test: honest {honest}, claimed {claimed}, compared {pairs}:",
-          {key: round(statistics.median(v), 3) for key, v in ratios.items()})  # shown with -s
+    ratios = compare_in_rounds(pairs, lambda probe, k: figure(artifacts, probe, k))
+    judge_ratios(ratios, "instances")
+    print(f"claimed-core test: honest {honest}, claimed {claimed}:", summary(ratios))  # shown with -s
 
 
 def test_the_composed_measurement_seeds_each_instance_from_the_plan(artifacts: Artifacts) -> None:
