@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,9 @@ class AgentConfig:
     # ~27 KB per hour with three landmarks. 0: never.
     landmark_interval_s: float = 600.0
     landmarks_per_round: int = 3
+    # Seconds a landmark probe waits at most while the node computes a challenge (each phase of a roll call
+    # asks ~1 s of work at the claimed speed); after that it goes ahead.
+    landmark_hold_s: float = 30.0
     # Node-to-node probes the relay brokers (host_runner/peer_probe.py: WebRTC over aiortc): a server's RTT
     # to other nodes, the map's edges; the relay paces them (peer_probe_interval_s).
     peer_probes: bool = True
@@ -166,6 +170,7 @@ class Agent:
                 self.say(f"landmarks: could not list the relays ({exc})")
                 found = []
             for landmark in found:
+                self._wait_until_not_answering()
                 try:
                     rtt_ms = probe(landmark.url, self.key)
                 except ProbeError as exc:
@@ -173,6 +178,15 @@ class Agent:
                     continue
                 self.probes += 1
                 self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): {rtt_ms:.2f} ms")
+
+    def _wait_until_not_answering(self) -> None:
+        """Holds a landmark probe back while the live session computes a challenge (up to
+        config.landmark_hold_s): the probe's pongs would wait behind that work, and its sample, the latest of
+        its pair, would put this node seconds away on the map until the next probe."""
+        deadline = time.monotonic() + self.config.landmark_hold_s
+        while (self.session is not None and self.session.answering and time.monotonic() < deadline
+               and not self.stop.is_set()):
+            self.stop.wait(0.1)
 
     def _publish(self, profile: dict[str, Any]) -> bool:
         try:

@@ -13,7 +13,7 @@ import ssl
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,6 +86,8 @@ class LiveSession:
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
         self.warm = warm  # (instances, n, reps) to compute once before the first hello (ReactorPool.warm)
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
+        self._working = 0  # challenges being computed now (CPU, reference model or GPU)
+        self._working_lock = threading.Lock()
         self._send_lock = threading.Lock()
         # the relays to keep the session with, in order of preference: this one, then the others of its
         # cluster as GET /v1/relays names them (learned on each connection); a relay that fails is left for
@@ -109,6 +111,22 @@ class LiveSession:
     def start(self) -> LiveSession:
         self._thread.start()
         return self
+
+    @property
+    def answering(self) -> bool:
+        """Whether this node is computing a challenge's answer now: an RTT it takes part in now would include
+        that work (a roll call asks every node at once), so its landmark probes wait (host_runner/agent.py)."""
+        return self._working > 0
+
+    @contextlib.contextmanager
+    def _at_work(self) -> Iterator[None]:
+        with self._working_lock:
+            self._working += 1
+        try:
+            yield
+        finally:
+            with self._working_lock:
+                self._working -= 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -212,7 +230,7 @@ class LiveSession:
 
         def work() -> None:
             try:
-                with self._reactor_lock:
+                with self._at_work(), self._reactor_lock:
                     roots = answer.commit()
             except CapsuleError as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
@@ -242,8 +260,9 @@ class LiveSession:
             from host_runner.gpu_answer import GpuError
 
             try:
-                answer = self.gpu_answer_factory(seeds, n, reps, context)
-                roots = answer.commit()
+                with self._at_work():
+                    answer = self.gpu_answer_factory(seeds, n, reps, context)
+                    roots = answer.commit()
             except (GpuError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
@@ -265,7 +284,7 @@ class LiveSession:
 
         def work() -> None:
             try:
-                with self._reactor_lock:
+                with self._at_work(), self._reactor_lock:
                     token_hash = self.llm(pool, seed, decode)
             except CapsuleError as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})

@@ -3,6 +3,7 @@ once the relay is up, stays live, and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -138,3 +139,68 @@ def test_a_session_backs_off_while_its_relay_is_away(monkeypatch: Any, artifacts
     gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
     assert all(e["code"] == "connection" for e in session.errors), session.errors
     assert gaps[0] < 0.5 and gaps[3] >= 0.75 and gaps[3] > gaps[0], gaps
+
+
+class _Socket:
+    """Records what a session sends (the challenge's commit); the relay side is tested over real sockets in
+    tests/test_trust.py and tests/test_proven.py."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, text: str) -> None:
+        self.sent.append(json.loads(text))
+
+
+def test_a_session_says_it_is_answering_while_it_computes_a_challenge(artifacts: object) -> None:
+    """`answering` is true from a challenge's arrival to its commit, and only then: the node's landmark probes
+    wait meanwhile (an RTT taken then would include the work)."""
+    from common.keys import NodeKey
+    from host_runner.live_client import LiveSession
+
+    session = LiveSession(f"http://127.0.0.1:{free_port()}", NodeKey.generate(),
+                          reactor_wasm=artifacts.reactor)  # type: ignore[attr-defined]
+    ws = _Socket()
+    assert not session.answering
+    session._challenge(ws, {"type": "challenge", "id": "c1", "kind": "sgemm", "seeds": ["1f" * 8], "n": 256,
+                            "reps": 40})
+    seen_answering = False
+    deadline = time.monotonic() + 60
+    while not ws.sent:
+        seen_answering = seen_answering or session.answering
+        assert time.monotonic() < deadline, "no commit within 60 s"
+        time.sleep(0.005)
+    assert seen_answering, "the work was never seen in progress"
+    assert ws.sent[0]["type"] == "commit" and ws.sent[0]["id"] == "c1"
+    time.sleep(0.05)
+    assert not session.answering
+
+
+def test_landmark_probes_wait_while_the_node_answers_a_challenge() -> None:
+    import threading
+
+    from common.keys import NodeKey
+    from host_runner.agent import Agent
+    from host_runner.node import RunOptions
+
+    class Working:  # a session whose challenge work ends when the test says so
+        def __init__(self) -> None:
+            self.done = threading.Event()
+
+        @property
+        def answering(self) -> bool:
+            return not self.done.is_set()
+
+    agent = Agent("http://127.0.0.1:1", NodeKey.generate(), RunOptions(capsule=Path("unused.wasm")),
+                  AgentConfig(landmark_hold_s=5.0))
+    work = Working()
+    agent.session = work  # type: ignore[assignment]
+    threading.Timer(0.5, work.done.set).start()
+    started = time.monotonic()
+    agent._wait_until_not_answering()
+    assert 0.45 <= time.monotonic() - started < 2.0  # held until the work ended, not to the hold's end
+    work.done.clear()  # work that never ends: the probe goes ahead after landmark_hold_s
+    agent.config = AgentConfig(landmark_hold_s=0.3)
+    started = time.monotonic()
+    agent._wait_until_not_answering()
+    assert 0.3 <= time.monotonic() - started < 1.5
