@@ -91,6 +91,22 @@ def artifacts() -> Artifacts:
 
 
 @pytest.fixture(scope="session")
+def machine_profile(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real NodeProfile of this machine (no GPU, 500 ms phases, a local beacon), measured once per test
+    process: the relay tests re-sign it for each key against their relay's beacon. Only `alone` tests ask
+    for it first (tests/test_trust.py, test_proven.py, test_proven_cluster.py), so it is measured on quiet
+    cores, as each of their modules once measured its own."""
+    from common.keys import NodeKey
+    from host_runner.node import RunOptions, measure
+    from host_runner.relay_client import local_beacon
+
+    key = NodeKey.generate()
+    opts = RunOptions(capsule=artifacts.capsule, phase_budget_ms=500, gpu=False, jitter=False,
+                      scratch=tmp_path_factory.mktemp("machine-profile"))
+    return dict(measure(key, local_beacon(key), opts).profile)
+
+
+@pytest.fixture(scope="session")
 def wasmtime_cli() -> Path:
     cli = Path(sys.executable).parent / "wasmtime"
     found = cli if cli.exists() else shutil.which("wasmtime")

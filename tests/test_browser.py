@@ -400,8 +400,9 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
 
 @pytest.mark.alone  # challenge answers within deadlines (tests/conftest.py)
 def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, artifacts: Artifacts) -> None:
-    """The join page answers the relay's challenges in its probe workers with the capsule's own code and
-    becomes verified; a hidden tab opts out and is not challenged any more."""
+    """The join page answers the relay's challenges in its probe workers with the capsule's own code, becomes
+    verified and is counted; its node page and the network page say so. (A hidden tab opting out is tested
+    with a real hidden tab in tests/test_promises_join_page.py.)"""
     fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1",
             "--challenge-llm-check-fraction", "1", "--beacon-interval", "1", "--roll-call-interval-s", "5",
             "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5", "--roll-call-target-s", "1"]
@@ -419,13 +420,6 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
         assert trust["counted"]["tokens_per_sec"] > 0
         assert "challenges passed" in page.locator("#live").inner_text()
         assert r.get("/stats")[1]["verified_nodes"] == 1
-        page.evaluate("""() => { Object.defineProperty(document, "hidden", { value: true, configurable: true });
-                                 document.dispatchEvent(new Event("visibilitychange")); }""")
-        time.sleep(3)  # an answer in flight may still complete
-        passed = r.get(f"/v1/nodes/{node_id}")[1]["trust"]["challenges"]["passed"]
-        time.sleep(4)  # four intervals: a visible tab would have been challenged again
-        trust = r.get(f"/v1/nodes/{node_id}")[1]["trust"]
-        assert trust["challenges"]["passed"] == passed and trust["challenges"]["failed"] == 0
         # the node page shows the trust state and the history chart; the network table marks the node
         other = page.context.new_page()
         other.goto(r.url + f"/nodes/{node_id}")
@@ -435,11 +429,11 @@ def test_browser_answers_challenges_and_is_verified(page: Page, tmp_path: Path, 
         other.screenshot(path=str(ARTIFACTS / "node-trust.png"), full_page=True)
         other.goto(r.url + "/network.html")
         other.wait_for_function("() => document.querySelectorAll('#nodes .trust.verified').length === 1")
-        verified_nodes = other.locator("#gauges .gauge").first  # compared whole: "1" in "10" would pass
+        verified_nodes = other.locator("#gauges .gauge").first
         assert verified_nodes.locator(".label").inner_text() == "verified nodes"
-        # the hidden tab opted out above: verified on its page, but counted nothing since (roll calls count
-        # only answering nodes)
-        assert verified_nodes.locator(".value").inner_text() == "0"
+        # compared whole ("1" in "10" would pass); waited for: a roll call that the tab missed may drop it a moment
+        other.wait_for_function("() => document.querySelector('#gauges .gauge .value').textContent === '1'",
+                                timeout=30_000)
         # what no challenge measures is never shown as verified: only under "claimed, not proven"
         proven_labels = other.locator("#gauges .gauge .label").all_inner_texts()
         claimed_labels = other.locator("#claimed .gauge .label").all_inner_texts()

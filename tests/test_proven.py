@@ -19,7 +19,6 @@ import pytest
 from capsule.signing import sign
 from common.keys import NodeKey
 from host_runner.live_client import LiveSession
-from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
 
@@ -43,10 +42,9 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayProcess]:
 
 
 @pytest.fixture(scope="module")
-def measured(relay: RelayProcess, artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    opts = RunOptions(capsule=artifacts.capsule, phase_budget_ms=500, gpu=False, jitter=False,
-                      scratch=tmp_path_factory.mktemp("scratch"))
-    return measure(NodeKey.generate(), fetch_beacon(relay.url), opts).profile
+def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
+    """A real profile of this machine (registered() re-signs it for each key against the relay's beacon)."""
+    return dict(json.loads(json.dumps(machine_profile)))  # a copy: tests may change theirs
 
 
 class Identity(Protocol):

@@ -38,15 +38,9 @@ pytestmark = pytest.mark.alone
 
 
 @pytest.fixture(scope="module")
-def measured(artifacts: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
     """A real profile of this machine (registered() re-signs it for each key against the relay's beacon)."""
-    from host_runner.node import RunOptions, measure
-    from host_runner.relay_client import local_beacon
-
-    key = NodeKey.generate()
-    opts = RunOptions(capsule=artifacts.capsule, phase_budget_ms=500, gpu=False, jitter=False,
-                      scratch=tmp_path_factory.mktemp("scratch"))
-    return measure(key, local_beacon(key), opts).profile
+    return dict(json.loads(json.dumps(machine_profile)))  # a copy: tests may change theirs
 
 
 @pytest.fixture()
@@ -74,6 +68,13 @@ def published(nats_url: str, subject: str, body: dict[str, Any]) -> None:
     in_thread(asyncio.run, go())
 
 
+def roll_call_issued_at(relay: RelayProcess, node_id: str) -> dict[tuple[str, str], float]:
+    """(roll call, kind) -> when this relay issued that challenge to node_id (its own challenges only)."""
+    events = relay.get(f"/v1/nodes/{node_id}/history")[1]["events"]
+    return {(e["roll_call"], e["kind"]): e["issued_at"] for e in events
+            if e["event"] == "challenge" and e.get("roll_call") and "relay" not in e}  # a peer's transcripts name it
+
+
 def metric(relay: RelayProcess, name: str) -> float:
     import urllib.request
 
@@ -85,8 +86,9 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
         artifacts: Any) -> None:
     """One identity alone (on relay A), then four identities of this machine from four source addresses
-    (127.0.0.2-5), two on each relay (each verified alone), over roll calls that challenged all four: no roll
-    call proves more than 1.3x the lone identity's best, and both relays show the same statuses and totals (the
+    (127.0.0.2-5), three on relay A and one on relay B (each verified alone), over roll calls that challenged
+    all four: no roll call proves more than 1.3x the lone identity's best, every roll call asked the three on
+    relay A at the same moment (the same issued_at), and both relays show the same statuses and totals (the
     lower-id relay leads; both name the same roll calls). Once, identities on several addresses were each
     challenged at their own moment and counted in full: 4.2x the machine on one relay. (Sharing, each is ~4x
     slower than its claim and misses the common deadline; what a machine can count at all is bounded in
@@ -114,6 +116,11 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         print(f"cluster: alone {alone} vs four identities on four addresses and two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
         assert max(together) <= 1.3 * max(alone), (alone, together)
+        # one relay asks its identities at one moment: the same issued_at for each roll call's SGEMM challenge
+        issued = [roll_call_issued_at(a, k.node_id) for i, k in enumerate(keys) if i != 2]
+        common = set.intersection(*(set(i) for i in issued))
+        assert len(common) >= 3, issued  # the precondition: roll calls that asked all three on relay A
+        assert all(len({i[both] for i in issued}) == 1 for both in common), issued
         # both relays name every roll call the same way and keep the same trust for every identity
         ids_a = {c["id"] for c in a.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}
         ids_b = {c["id"] for c in b.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}
