@@ -41,7 +41,7 @@ BROWSER = 100                                        # the test's own namespace,
 REGION_OF = {**{h: i for i, h in enumerate(RELAYS)}, **NODES, BROWSER: 0}
 # Measuring time once the browser joined (both cores were busy until then: edges measured since replace those):
 # landmark rounds every 15 s, a peer probe offered every 5 s, relays' session edges every 3 s.
-RUN_S = 45.0
+RUN_S = 35.0
 
 
 def sh(*cmd: str, check: bool = True) -> str:
