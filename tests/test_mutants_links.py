@@ -54,6 +54,19 @@ def test_both_bounds_of_the_triangle_at_their_edges() -> None:
                         "inequality through it allows at most 85.000 ms (factor 2, slack 5 ms)")
 
 
+def test_samples_are_judged_by_the_landmark_edges_the_cluster_holds() -> None:
+    """A relay's own newer edge that it did not send (within link_gossip_change of the copy the cluster
+    holds) does not change its verdict: every relay of the cluster judges a sample alike."""
+    book = measured_book()
+    book.add(sample(R, "a", 5.0, measured_at=101), True, shared=False)
+    book.add(sample("b", R, 12.0, measured_at=101), True, shared=False)
+    newest = book.measured(R, "a")
+    assert newest is not None and newest["rtt_ms"] == 5.0  # served: the newest measurement
+    assert book.rtt_via(R, "a") == 10.0 and book.rtt_via(R, "b") == 30.0  # judged: the cluster's copy
+    assert book.judge(sample("a", "b", 85.0)) is True  # by its unsent edges (5 + 12) this would be refused
+    assert book.judge(sample("a", "b", 7.5)) is True
+
+
 def test_the_bounds_come_from_the_relays_config() -> None:
     book = measured_book(RelayConfig(link_tiv_factor=1.5, link_slack_ms=1.0))
     # low (20 - 1) / 1.5 = 12.67, high 1.5 * 40 + 1 = 61

@@ -77,8 +77,11 @@ class LinkBook:
         return self.nodes[node_id]
 
     def rtt_via(self, landmark: str, node_id: str) -> float | None:
-        """A landmark's own latest measurement of its RTT to node_id (the co-signed session edge)."""
-        edge = self.links.get(_key(node_id, landmark))
+        """A landmark's own measurement of its RTT to node_id (the co-signed session edge), as the whole cluster
+        holds it: a relay's newer own samples within link_gossip_change of that copy stay here, and judging by
+        them let two relays decide one sample differently (one refused what the others keep: their refits
+        then never agreed)."""
+        edge = self.shared.get(_key(node_id, landmark))
         return float(edge["rtt_ms"]) if edge else None
 
     def judge(self, sample: dict[str, Any]) -> bool:
