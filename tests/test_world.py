@@ -137,7 +137,8 @@ def get(base: str, path: str) -> Any:
         return json.loads(resp.read())
 
 
-def wait_for(what: str, within_s: float, check: Any) -> Any:
+def wait_for(what: str, within_s: float, check: Any, why: Any = None) -> Any:
+    """check() until it is truthy; after within_s a failure naming `what` (and what why() says)."""
     deadline = time.monotonic() + within_s
     while True:
         try:
@@ -146,8 +147,21 @@ def wait_for(what: str, within_s: float, check: Any) -> Any:
             got = None
         if got:
             return got
-        assert time.monotonic() < deadline, f"{what}: not within {within_s} s"
+        assert time.monotonic() < deadline, f"{what}: not within {within_s} s" + (f"; {why()}" if why else "")
         time.sleep(1.0)
+
+
+def fits_and_refusals(relays: list[int]) -> dict[int, Any]:
+    """What a relay refitted from, and the link samples from the cluster it took or refused (/metrics)."""
+    import urllib.request
+
+    out: dict[int, Any] = {}
+    for h in relays:
+        with urllib.request.urlopen(url(h) + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        received = [line for line in text.splitlines() if line.startswith("ce_relay_cluster_received_total")]
+        out[h] = {"fit": get(url(h), "/netgraph")["fit"], "received": received}
+    return out
 
 
 def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
@@ -220,7 +234,8 @@ def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
         for proc in procs[1 + len(RELAYS):]:  # the nodes stop: no new node samples; the relays' mesh goes on
             proc.terminate()
             proc.wait(timeout=15)
-        maps = wait_for("every relay refitted from the same samples", 90, lambda: same_fit(RELAYS))
+        maps = wait_for("every relay refitted from the same samples", 90, lambda: same_fit(RELAYS),
+                        lambda: fits_and_refusals(RELAYS))
         (tmp_path / "world.json").write_text(json.dumps({  # what was judged, for a failure's post-mortem
             "host_of": host_of, "netgraphs": {h: get(url(h), "/netgraph") for h in RELAYS}}))
         first = live[RELAYS[0]]
