@@ -90,12 +90,13 @@ def artifacts() -> Artifacts:
     return Artifacts(capsule=build.BUILD / "capsule.wasm", reactor=build.BUILD / "capsule-reactor.wasm")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def machine_profile(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A real NodeProfile of this machine (no GPU, 500 ms phases, a local beacon), measured once per test
-    process: the relay tests re-sign it for each key against their relay's beacon. Only `alone` tests ask
-    for it first (tests/test_trust.py, test_proven.py, test_proven_cluster.py), so it is measured on quiet
-    cores, as each of their modules once measured its own."""
+    """A real NodeProfile of this machine (no GPU, 500 ms phases, a local beacon), measured by each module
+    that asks (its relay tests re-sign it for each key against their relay's beacon), by its first test, an
+    `alone` one, so on quiet cores. Once per module, not once per test process: measured 15 minutes earlier in
+    the run, the claims outran this VM's speed of the moment, and the honest identities of
+    tests/test_proven_cluster.py missed every roll-call deadline (fresh-clone run #22)."""
     from common.keys import NodeKey
     from host_runner.node import RunOptions, measure
     from host_runner.relay_client import local_beacon

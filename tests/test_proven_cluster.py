@@ -37,6 +37,13 @@ from tests.threaded import in_thread
 pytestmark = pytest.mark.alone
 
 
+# Honest identities claim this share of what the machine measured: at the measured claims an honest lone
+# identity here showed 0.6-0.7 of them at roll calls on some runs (fresh-clone run #22: 43-53 GFLOP/s against
+# ~75 measured) and missed every 1.25x deadline, so "counted alone" failed with nothing wrong. Four identities
+# at this share still claim 2.4x the machine, which the 1.3x bound refuses.
+HONEST_SHARE = 0.6
+
+
 @pytest.fixture(scope="module")
 def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
     """A real profile of this machine (registered() re-signs it for each key against the relay's beacon)."""
@@ -100,7 +107,8 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
     until("the relays hear each other", 30, lambda: a.get("/v1/relays")[1]["leader"] == leader
           and b.get("/v1/relays")[1]["leader"] == leader)
     assert {r["relay"] for r in listed["relays"]} == {k.node_id for k in relay_keys}
-    keys = [registered(a, measured, llm=False) for _ in range(4)]  # GFLOP/s compared: SGEMM-only roll calls
+    keys = [registered(a, measured, llm=False, gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
+            for _ in range(4)]  # GFLOP/s compared: SGEMM-only roll calls
     until("profiles on both relays", 30, lambda: all(b.get(f"/v1/nodes/{k.node_id}")[0] == 200 for k in keys))
     def session(url: str, i: int) -> LiveSession:
         return LiveSession(url, keys[i], reactor_wasm=artifacts.reactor,
@@ -210,7 +218,9 @@ def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(
     nats, relays, relay_keys = cluster
     lower, higher = sorted(range(2), key=lambda i: relay_keys[i].node_id)
     low, high = relays[lower], relays[higher]
-    key, victim = registered(high, measured), registered(high, measured)
+    key = registered(high, measured, tokens_per_sec=HONEST_SHARE * measured["llm"]["tokens_per_sec"],
+                     gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])  # proven at roll calls below
+    victim = registered(high, measured)
     until("profiles on both relays", 30, lambda: all(low.get(f"/v1/nodes/{k.node_id}")[0] == 200
                                                      for k in (key, victim)))
     seen: dict[str, list[bytes]] = {}
