@@ -24,7 +24,6 @@ from capsule.signing import sign
 from common.keys import NodeKey
 from host_runner.challenge_answer import ReactorPool, SgemmAnswer
 from host_runner.live_client import LiveSession
-from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import CLI, RelayProcess
 
 # Marked `alone` (tests/conftest.py): the tests that compare answer times with claims or deadlines, or one
@@ -66,17 +65,12 @@ def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
 
 def registered(relay: RelayProcess, measured: dict[str, Any], gflops_factor: float = 1.0) -> NodeKey:
     """A fresh key whose profile (the measured one, CPU figure scaled) the relay accepted."""
-    key = NodeKey.generate()
-    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
-    body["node_id"] = key.node_id
-    beacon = fetch_beacon(relay.url)  # once: rounds change every second
-    body["beacon"] = {k: beacon[k] for k in ("relay", "round", "value")}  # this relay's round
-    body["measured_at"] = int(time.time())
-    body["cpu"]["gflops_fp32"] = round(body["cpu"]["gflops_fp32"] * gflops_factor, 4)
+    from tests.test_proven import registered as registered_with
+
+    cpu: dict[str, Any] = {"gflops_fp32": round(measured["cpu"]["gflops_fp32"] * gflops_factor, 4)}
     if gflops_factor > 1:  # a liar claims the cores too: 3x of a fast run on 2 cores would pass no physical bound
-        body["cpu"]["cores"] = body["cpu"]["threads"] = round(body["cpu"]["cores"] * gflops_factor)
-    post_profile(relay.url, sign("NodeProfile", body, key))
-    return key
+        cpu["cores"] = cpu["threads"] = round(measured["cpu"]["cores"] * gflops_factor)
+    return registered_with(relay, measured, **cpu)
 
 
 def stats(relay: RelayProcess) -> dict[str, Any]:
