@@ -42,6 +42,11 @@ ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", 
         "--beacon-interval", "1", "--roll-call-interval-s", "12", "--roll-call-min-gap-s", "12",
         "--roll-call-llm-offset-s", "3", "--roll-call-gpu-offset-s", "7", "--roll-call-target-s", "1"]
 CAP = 1.15  # RelayConfig.trust_cap_factor: a roll call shows at most observed x this
+# The honest node claims this share of what the machine measured (CPU, reference model and GPU): a GPU counts only
+# beside a CPU proven at the same roll call (web/rollcall.py counted), and at the full measured claims an honest
+# node missed every 1.25x deadline for 90 s on a CI machine busier than the one it was measured on (2026-12-05,
+# stop 25), as tests/test_proven_cluster.py's HONEST_SHARE found for the CPU. Under-claiming is still honest.
+HONEST_SHARE = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +74,15 @@ def measured(relay: RelayProcess, artifacts: Any, tmp_path_factory: pytest.TempP
     return profile
 
 
-def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float = 1.0) -> NodeKey:
-    """A fresh key whose profile (the measured one, its GPU's fp32 claim x gpu_factor) the relay accepted."""
+def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float = 1.0, share: float = 1.0) -> NodeKey:
+    """A fresh key whose profile (the measured one, its GPU's fp32 claim x gpu_factor; CPU GFLOP/s, tokens/s and
+    the GPU claim x share) the relay accepted."""
     key = NodeKey.generate()
     body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
+    body["cpu"]["gflops_fp32"] = round(body["cpu"]["gflops_fp32"] * share, 3)
+    if body["llm"]["tokens_per_sec"] is not None:
+        body["llm"]["tokens_per_sec"] = round(body["llm"]["tokens_per_sec"] * share, 3)
+    gpu_factor *= share
     body["node_id"] = key.node_id
     beacon = fetch_beacon(relay.url)  # once: rounds change every second (three reads mixed two rounds, CI)
     body["beacon"] = {k: beacon[k] for k in ("relay", "round", "value")}  # this relay's round
@@ -91,8 +101,8 @@ def test_gpu_proven_and_counted_at_a_roll_call(relay: RelayProcess, measured: di
                                                ctx: GpuContext) -> None:
     """An honest node with a GPU: its GPU challenge passes at a roll call and /stats counts its GPU (fp32
     TFLOP/s proven, at most its claim), as does its node page."""
-    claim = measured["gpus"][0]["fp32_tflops"]
-    key = registered(relay, measured)
+    key = registered(relay, measured, share=HONEST_SHARE)
+    claim = node(relay, key)["profile"]["gpus"][0]["fp32_tflops"]
     lines: list[str] = []
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, gpu=ctx, say=lines.append).start()
     try:
@@ -100,7 +110,11 @@ def test_gpu_proven_and_counted_at_a_roll_call(relay: RelayProcess, measured: di
             body = node(relay, key)["trust"]
             return body if body["counted"]["gpus"] >= 1 and body["counted"]["gpu_tflops"] > 0 else None
 
-        body = until("the node's GPU counted after a roll call", 90, counted)
+        def history() -> list[Any]:  # what each roll-call phase found, when the node was never counted
+            return [(e["kind"], e["passed"], e.get("code"), e.get("observed_gflops"), e.get("observed_tflops"))
+                    for e in challenges(relay, key) if e["roll_call"]][-12:]
+
+        body = until("the node's GPU counted after a roll call", 90, counted, history)
         done = [e for e in gpu_answers(relay, key) if e["passed"]]
         assert done, gpu_answers(relay, key)  # the precondition: a GPU answer at a roll call
         observed = [e["observed_tflops"] for e in done]
