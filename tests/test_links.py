@@ -43,7 +43,10 @@ def link(a: NodeKey, b: NodeKey, signer_b: NodeKey | None = None, **changes: Any
 
 
 def test_live_session_produces_cosigned_links_and_coordinates(tmp_path: Path) -> None:
-    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.3") as relay:
+    # a bandwidth probe at ~0.3 of the pings (--bw-probe-interval 1), not only the first three: on loopback a
+    # 256 KiB transfer can finish within the lowest ping's RTT (3.5 ms on a busy CI machine), which gives no
+    # figure, and three such tries in a row left the test waiting for the default 1-in-2,000 chance (run #23)
+    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.3", "--bw-probe-interval", "1") as relay:
         key = register(relay)
         session = LiveSession(relay.url, key).start()
         try:
