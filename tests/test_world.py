@@ -274,7 +274,7 @@ def judge(maps: dict[int, FabricMap], host_of: dict[str, int], node_ids: list[st
     # What the world delivered: every RTT measured here carries the same few ms beside its path (the user-space
     # router's hop, the event loops at both ends: 2-4 ms on most edges, 2026-12-05), so a perfect map predicts
     # an unmeasured pair at its built RTT plus that overhead, which is what a probe between them would read. The
-    # overhead is the median excess of the measured edges (node-relay and node-node) over their built RTTs, in
+    # overhead is the median excess of the measured edges (node-relay, node-node, relay-relay) over their built RTTs, in
     # this run; the report also gives the fit's residual on those edges, so a failure says whether the samples
     # or the fit were off.
     ids = list(host_of)
