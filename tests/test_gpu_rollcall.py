@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from capsule.signing import sign
 from common.keys import NodeKey
 from host_runner.gpu_answer import GpuAnswer, GpuContext, GpuError
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
-from host_runner.relay_client import fetch_beacon, post_profile
+from host_runner.relay_client import fetch_beacon
 from tests.relay_process import RelayProcess
-from tests.test_proven import Identity, challenges, node, stats, until
+from tests.test_proven import HONEST_SHARE, Identity, challenges, node, stats, until
+from tests.test_proven import registered as proven_registered
 from web.challenges import check_opened, on_commit, parse_opening
 from web.config import RelayConfig
 from web.gpu_challenges import new_gpu_challenge
@@ -42,11 +42,6 @@ ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", 
         "--beacon-interval", "1", "--roll-call-interval-s", "12", "--roll-call-min-gap-s", "12",
         "--roll-call-llm-offset-s", "3", "--roll-call-gpu-offset-s", "7", "--roll-call-target-s", "1"]
 CAP = 1.15  # RelayConfig.trust_cap_factor: a roll call shows at most observed x this
-# The honest node claims this share of what the machine measured (CPU, reference model and GPU): a GPU counts only
-# beside a CPU proven at the same roll call (web/rollcall.py counted), and at the full measured claims an honest
-# node missed every 1.25x deadline for 90 s on a CI machine busier than the one it was measured on (2026-12-05,
-# stop 25), as tests/test_proven_cluster.py's HONEST_SHARE found for the CPU. Under-claiming is still honest.
-HONEST_SHARE = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -76,20 +71,13 @@ def measured(relay: RelayProcess, artifacts: Any, tmp_path_factory: pytest.TempP
 
 def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float = 1.0, share: float = 1.0) -> NodeKey:
     """A fresh key whose profile (the measured one, its GPU's fp32 claim x gpu_factor; CPU GFLOP/s, tokens/s and
-    the GPU claim x share) the relay accepted."""
-    key = NodeKey.generate()
-    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
-    body["cpu"]["gflops_fp32"] = round(body["cpu"]["gflops_fp32"] * share, 3)
-    if body["llm"]["tokens_per_sec"] is not None:
-        body["llm"]["tokens_per_sec"] = round(body["llm"]["tokens_per_sec"] * share, 3)
-    gpu_factor *= share
-    body["node_id"] = key.node_id
-    beacon = fetch_beacon(relay.url)  # once: rounds change every second (three reads mixed two rounds, CI)
-    body["beacon"] = {k: beacon[k] for k in ("relay", "round", "value")}  # this relay's round
-    body["measured_at"] = int(time.time())
-    body["gpus"][0]["fp32_tflops"] = round(body["gpus"][0]["fp32_tflops"] * gpu_factor, 6)
-    post_profile(relay.url, sign("NodeProfile", body, key))
-    return key
+    the GPU claim x share) the relay accepted. Honest GPU nodes claim HONEST_SHARE: a GPU counts only beside a
+    CPU proven at the same roll call (web/rollcall.py counted)."""
+    profile = json.loads(json.dumps(measured))
+    profile["gpus"][0]["fp32_tflops"] = round(profile["gpus"][0]["fp32_tflops"] * gpu_factor * share, 6)
+    tokens = profile["llm"]["tokens_per_sec"]
+    return proven_registered(relay, profile, tokens_per_sec=None if tokens is None else round(tokens * share, 3),
+                             gflops_fp32=round(profile["cpu"]["gflops_fp32"] * share, 3))
 
 
 def gpu_answers(relay: RelayProcess, key: Identity) -> list[dict[str, Any]]:

@@ -52,6 +52,14 @@ class Identity(Protocol):
     def node_id(self) -> str: ...
 
 
+# Honest nodes whose test is not about meeting the deadline claim this share of what the machine measured: at
+# the measured claims an honest node here showed 0.6-0.7 of them at some roll calls (fresh-clone run #22: 43-53
+# GFLOP/s against ~75 measured; CI stop 25: an honest GPU node never counted in 90 s) and missed every 1.25x
+# deadline with nothing wrong. Under-claiming is still honest; four identities at this share still claim 2.4x
+# the machine, which the 1.3x bound refuses (tests/test_proven_cluster.py).
+HONEST_SHARE = 0.6
+
+
 def registered(relay: RelayProcess, measured: dict[str, Any], tokens_per_sec: float | None = None,
                llm: bool = True, **cpu: Any) -> NodeKey:
     """A fresh key whose profile (the measured one, CPU fields replaced by `cpu`, the reference model's
@@ -153,8 +161,8 @@ def test_dropping_llm_then_opting_out_or_coming_back_without_hello_counts_nothin
     # claims well within what the node shows: what is tested is dropping llm and opting out, not meeting the
     # deadline (with the measured claims an honest node misses some roll calls, and once none counted tokens
     # for 120 s on CI)
-    key = registered(relay, measured, tokens_per_sec=0.6 * measured["llm"]["tokens_per_sec"],
-                     gflops_fp32=0.6 * measured["cpu"]["gflops_fp32"])
+    key = registered(relay, measured, tokens_per_sec=HONEST_SHARE * measured["llm"]["tokens_per_sec"],
+                     gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor).start()
     try:
         until("tokens/s proven", 120, lambda: node(relay, key)["trust"]["counted"]["tokens_per_sec"] > 0,
@@ -215,7 +223,7 @@ def test_random_token_hashes_are_caught_before_they_count(tmp_path: Any, measure
     with RelayProcess(tmp_path / "relay", *ROLL, "--challenge-llm-check-fraction", "0") as relay:
         # SGEMM claimed well within what the node shows: what flags it must be the tokens (at its full measured
         # claim, two SGEMM answers past the deadline flagged it first once, CI 2026-12-05)
-        key = registered(relay, measured, gflops_fp32=0.6 * measured["cpu"]["gflops_fp32"])
+        key = registered(relay, measured, gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
         session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor,
                               llm=lambda pool, seed, decode: os.urandom(32).hex()).start()
         try:

@@ -22,6 +22,7 @@ from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
 from tests.test_proven import (
+    HONEST_SHARE,
     SHARED_SGEMM,
     challenges,
     join_verified,
@@ -35,13 +36,6 @@ from tests.threaded import in_thread
 
 # run alone (tests/conftest.py): roll-call answers within a common deadline, compared across roll calls
 pytestmark = pytest.mark.alone
-
-
-# Honest identities claim this share of what the machine measured: at the measured claims an honest lone
-# identity here showed 0.6-0.7 of them at roll calls on some runs (fresh-clone run #22: 43-53 GFLOP/s against
-# ~75 measured) and missed every 1.25x deadline, so "counted alone" failed with nothing wrong. Four identities
-# at this share still claim 2.4x the machine, which the 1.3x bound refuses.
-HONEST_SHARE = 0.6
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from common.keys import NodeKey
 from host_runner.challenge_answer import ReactorPool, SgemmAnswer
 from host_runner.live_client import LiveSession
 from tests.relay_process import CLI, RelayProcess
+from tests.test_proven import registered as proven_registered
 
 # Marked `alone` (tests/conftest.py): the tests that compare answer times with claims or deadlines, or one
 # machine's identities. A wrong answer fails whatever the load, so those tests run beside others. The first
@@ -65,12 +66,10 @@ def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
 
 def registered(relay: RelayProcess, measured: dict[str, Any], gflops_factor: float = 1.0) -> NodeKey:
     """A fresh key whose profile (the measured one, CPU figure scaled) the relay accepted."""
-    from tests.test_proven import registered as registered_with
-
     cpu: dict[str, Any] = {"gflops_fp32": round(measured["cpu"]["gflops_fp32"] * gflops_factor, 4)}
     if gflops_factor > 1:  # a liar claims the cores too: 3x of a fast run on 2 cores would pass no physical bound
         cpu["cores"] = cpu["threads"] = round(measured["cpu"]["cores"] * gflops_factor)
-    return registered_with(relay, measured, **cpu)
+    return proven_registered(relay, measured, **cpu)
 
 
 def stats(relay: RelayProcess) -> dict[str, Any]:

@@ -288,8 +288,8 @@ def judge(maps: dict[int, FabricMap], host_of: dict[str, int], node_ids: list[st
     print(report[0])
     # the overhead is the world's, not a bias of the relays' RTTs: those must read each edge's path, give or take
     assert abs(overhead_ms) <= OVERHEAD_MAX_MS, report
+    delivered = {p: rtts[host_of[p[0]], host_of[p[1]]] + overhead_ms for p in unmeasured}
     for relay, fmap in maps.items():
-        delivered = {p: rtts[host_of[p[0]], host_of[p[1]]] + overhead_ms for p in unmeasured}
         errors = [abs(fmap.predicted_rtt(a, b) / delivered[a, b] - 1) for a, b in unmeasured]
         recalls = []
         for n in node_ids:
