@@ -37,10 +37,11 @@ from web.transcripts import TranscriptError, check_transcript, transcript_body
 # run alone (tests/conftest.py): roll-call answers within a common deadline
 pytestmark = pytest.mark.alone
 
-# a roll call every 12 s (beacon rounds every 1 s): SGEMM at 0, the reference model at 3 s, the GPU alone at 7 s
+# a roll call every 9 s (beacon rounds every 1 s): SGEMM at 0, the reference model at 3 s, the GPU alone at 5 s
+# (each phase's answers are due 1.25 s after it starts)
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
-        "--beacon-interval", "1", "--roll-call-interval-s", "12", "--roll-call-min-gap-s", "12",
-        "--roll-call-llm-offset-s", "3", "--roll-call-gpu-offset-s", "7", "--roll-call-target-s", "1"]
+        "--beacon-interval", "1", "--roll-call-interval-s", "9", "--roll-call-min-gap-s", "9",
+        "--roll-call-llm-offset-s", "3", "--roll-call-gpu-offset-s", "5", "--roll-call-target-s", "1"]
 CAP = 1.15  # RelayConfig.trust_cap_factor: a roll call shows at most observed x this
 
 

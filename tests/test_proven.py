@@ -200,11 +200,11 @@ def test_claimed_cores_count_only_as_proven_instances(relay: RelayProcess, measu
     key = registered(relay, measured, cores=2**32 - 1, threads=2**32 - 1)
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor).start()
     try:
-        def asked() -> list[dict[str, Any]]:  # the precondition: roll calls asked it for 64 instances, answered
+        def asked() -> list[dict[str, Any]]:  # the precondition: a roll call asked it for 64 instances, answered
             done = [e for e in challenges(relay, key) if e.get("roll_call") and e["kind"] == "sgemm"]
-            return done if len(done) >= 2 and all(e["instances"] == 64 for e in done) else []
+            return done if done and all(e["instances"] == 64 for e in done) else []
 
-        until("two roll-call answers", 120, asked)
+        until("a roll-call answer", 120, asked)
         trust = node(relay, key)["trust"]
         proven = trust["proven"]["gflops_fp32"] if trust["proven"] else 0.0
         # 64 instances at >= 2 GFLOP/s each is more than this machine does within the deadline: no core counts
@@ -320,6 +320,12 @@ def test_the_operator_sees_roll_calls_trust_changes_and_the_relays_view(tmp_path
 
             text = until("a counted roll call and a trust change in the node's log", 240, logged)
             assert proc.poll() is None, text
+            node_id = text.split("ce-bench node: ")[1].split(" ->")[0]
+            # the edge its live session co-signs needs 3 pongs that waited for no challenge (web/live.py), which
+            # may come after the roll call that counted it: a node is challenged every second until verified (a
+            # run of this module alone, 2026-12-05: no link yet when the log said counted)
+            until("the node <-> relay edge on /netgraph", 30, lambda: any(
+                node_id in (e["a"], e["b"]) for e in relay.get("/netgraph")[1]["edges"]))
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -327,7 +333,6 @@ def test_the_operator_sees_roll_calls_trust_changes_and_the_relays_view(tmp_path
         assert any("roll call" in line and "(sgemm): counted, observed" in line and "GFLOP/s" in line
                    for line in lines), text
         assert "XDG_RUNTIME_DIR" not in text, text
-        node_id = text.split("ce-bench node: ")[1].split(" ->")[0]
         shown = subprocess.run([CLI, "status", node_id, "--relay", relay.url], capture_output=True, text=True,
                                timeout=60)
         assert shown.returncode == 0, shown.stderr

@@ -110,18 +110,18 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
 
     sessions = [session(a.url, 0).start()]
     try:
-        alone = shared_roll_calls(a, keys[:1], 3, 180)
+        alone = shared_roll_calls(a, keys[:1], 2, 180)
         for i, k in enumerate(keys[1:], start=1):  # each verified alone on its relay, then all share
             asker = a if i % 2 else b
             sessions.append(join_verified(asker, k, session(asker.url, i)))
-        together = shared_roll_calls(a, keys, 3, 300)
+        together = shared_roll_calls(a, keys, 2, 300)
         print(f"cluster: alone {alone} vs four identities on four addresses and two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
         assert max(together) <= 1.3 * max(alone), (alone, together)
         # one relay asks its identities at one moment: the same issued_at for each roll call's SGEMM challenge
         issued = [roll_call_issued_at(a, k.node_id) for i, k in enumerate(keys) if i != 2]
         common = set.intersection(*(set(i) for i in issued))
-        assert len(common) >= 3, issued  # the precondition: roll calls that asked all three on relay A
+        assert len(common) >= 2, issued  # the precondition: roll calls that asked all three on relay A
         assert all(len({i[both] for i in issued}) == 1 for both in common), issued
         # both relays name every roll call the same way and keep the same trust for every identity
         ids_a = {c["id"] for c in a.get("/v1/roll-calls?limit=1000")[1]["roll_calls"]}
