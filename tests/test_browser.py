@@ -109,7 +109,7 @@ def test_without_webgpu(browser_type: BrowserType, relay: RelayProcess) -> None:
 
 def test_relay_refusal_is_shown(page: Page, relay: RelayProcess) -> None:
     """A refusal from the relay is shown with its message, never a hanging spinner."""
-    page.goto(relay.url + "/")
+    page.goto(relay.url + "/?heavy_budget_s=0.5")  # no disk or GPU phase: the refusal is what is tested
     page.route("**/v1/profiles", lambda route: route.fulfill(
         status=422, content_type="application/problem+json",
         body=json.dumps({"type": "x", "title": "the beacon round is too old", "status": 422, "code": "stale_beacon",
@@ -175,10 +175,11 @@ def test_fallback_signer_without_webcrypto_ed25519(browser: Browser, relay: Rela
     """)
     try:
         page = context.new_page()
-        profile = join(page, relay)
+        quick = "?heavy_budget_s=0.5"  # the signer is what is tested: no disk or GPU phase
+        profile = join(page, relay, quick)
         verify_record("NodeProfile", profile)  # the relay accepted it too (join() checks "joined")
         assert profile["evidence"]["browser"]["signer"] == "noble-ed25519"
-        assert join(page, relay)["node_id"] == profile["node_id"]  # the fallback key persists as well
+        assert join(page, relay, quick)["node_id"] == profile["node_id"]  # the fallback key persists as well
     finally:
         context.close()
 

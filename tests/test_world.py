@@ -219,7 +219,7 @@ def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
                     # phone behind NAT needs the relay's STUN servers instead: peer_ice_servers)
                     "--disable-features=WebRtcHideLocalIpsWithMdns"])
                 page = browser.new_page()
-                page.goto(home + "/")
+                page.goto(home + "/?heavy_budget_s=0.5")  # edges are judged here: no disk or GPU phase
                 page.wait_for_function("() => !document.getElementById('join').disabled", timeout=60_000)
                 page.click("#join")
             for h in batch:
