@@ -35,7 +35,7 @@ order every term passes through at most n roundings (its product, at most n - 1 
 into one), each of relative size u = 2^-24, so |computed - exact| <= ((1 + u)^n - 1) sum |a_ip b_pj|
 (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., sec. 3.1, which holds for every order) —
 n u to first order, which is check_entries' bound; the exact factor exceeds n u by less than 1 + n u (1.00013 at
-n = 2048), while real errors grow like sqrt(n) u and stay ~30x inside the bound (ERROR_RATIO_MEASURED), so
+n = 2048), while real errors grow like sqrt(n) u and stay ~20x inside the bound (ERROR_RATIO_MEASURED), so
 the first-order bound is what is checked, the CPU's and the GPU's alike. Subnormals, which WGSL lets a GPU flush
 to zero, never occur: inputs are multiples of 2^-23, products multiples of 2^-46, and so is every partial sum
 (the smallest non-zero magnitude, 2^-46, is far above fp32's 2^-126).
@@ -58,10 +58,12 @@ DEFAULT_N = 512                   # when the claim's evidence names no order
 MIN_REPS = 16                     # one product is at most 1/16 of the target time at the claimed speed
 MAX_REPS = 1 << 16                # 2^16 products of n = 2048: 1.1 PFLOP, 1,100 TFLOP/s for 1 s (> any GPU)
 BINDING_DEFAULT = 128 << 20       # WebGPU's default maxStorageBufferBindingSize (B), lavapipe's too
-# Worst error ratio (of the bound above) an honest answer showed: every entry of 16 rows of 4 products each at
-# n = 128 / 256 / 512 on lavapipe, 0.027 / 0.012 / 0.007 (2026-12-04). Tests hold answers to it, so a shader or
-# driver whose error creeps toward the bound is noticed long before an honest node would fail.
-ERROR_RATIO_MEASURED = 0.03
+# Worst error ratio (of the bound above) an honest answer showed, with margin: every entry of 16 rows of 4
+# products each at n = 128 / 256 / 512 on lavapipe, 0.027 / 0.012 / 0.007 (2026-12-04); over 700 challenges at
+# n = 128 (2 instances, the relay's own checks), median 0.014, max 0.0375, 2 of them above 0.03 (2026-12-05;
+# 300 at n = 256: max 0.028). Tests hold answers to it, so a shader or driver whose error creeps toward the
+# bound is noticed long before an honest node would fail.
+ERROR_RATIO_MEASURED = 0.05
 
 
 def is_order(n: object) -> bool:

@@ -62,8 +62,17 @@ def ctx_gpu_hash(ctx: GpuContext) -> GpuContext:
     return context
 
 
-def challenge(claimed_tflops: float, gpus: int = 1, gpu_n: object = None, target_s: float = 0.2) -> Challenge:
-    return wg.new_gpu_challenge("node", claimed_tflops, BEACON, os.urandom(16).hex(), 0.0, time.perf_counter(),
+# Nonces of the challenges whose error ratio is held to gc.ERROR_RATIO_MEASURED: pinned, so CI never passes or
+# fails by the draw (a drawn one gave 0.031 against the 0.03 then allowed: fresh-clone run #31). 09d6f1a5... is
+# the worst of 400 nonces at n = 128 on lavapipe (0.0295, 2026-12-05); the others are the first two of them.
+PINNED_NONCES = ("09d6f1a5fde239c88749e7cb9d4b9195", "1044454cc46a7e9aab38cf637a30cbe8",
+                 "6c02d5ed6f23bb5159ceee74441cd387")
+
+
+def challenge(claimed_tflops: float, gpus: int = 1, gpu_n: object = None, target_s: float = 0.2,
+              nonce: str | None = None) -> Challenge:
+    """A GPU challenge as the relay makes one; a fresh nonce unless one is pinned (the inputs follow from it)."""
+    return wg.new_gpu_challenge("node", claimed_tflops, BEACON, nonce or os.urandom(16).hex(), 0.0, time.perf_counter(),
                                 CONFIG, target_s, gpus=gpus, gpu_n=gpu_n)
 
 
@@ -142,7 +151,7 @@ def test_tree_in_parts_is_the_capsules_tree(reps: int) -> None:
 
 def test_correct_answer_passes_well_inside_the_bound(ctx: GpuContext, ctx_gpu_hash: GpuContext) -> None:
     for context in (ctx, ctx_gpu_hash):
-        ch = challenge(2e-4, gpus=2, gpu_n=128)
+        ch = challenge(2e-4, gpus=2, gpu_n=128, nonce=PINNED_NONCES[0])
         assert (ch.kind, ch.n, len(ch.seeds)) == ("gpu", 128, 2) and ch.reps >= 2
         worst = relay_checks(ch, answer_for(ch, context))
         assert 0 < worst < gc.ERROR_RATIO_MEASURED
@@ -264,7 +273,7 @@ def swiftshader_main() -> None:
     a row altered after the commitment and wrong inputs fail. Prints one JSON line."""
     context = GpuContext(gpu_answer.pick_adapter("SwiftShader"))
     out: dict[str, Any] = {"adapter": context.name, "hash_on": context.hash_on}
-    ch = challenge(2e-3, gpus=2, gpu_n=256)
+    ch = challenge(2e-3, gpus=2, gpu_n=256, nonce=PINNED_NONCES[1])
     out["worst"] = relay_checks(ch, answer_for(ch, context))
     out["n"], out["reps"], out["observed_tflops"] = ch.n, ch.reps, wg.observed_tflops(ch)
 
@@ -337,8 +346,8 @@ def _browser_answer_passes_the_relays_checks() -> None:
             page.goto(f"{ORIGIN}/")
             page.wait_for_function("() => window.loaded === true")
             results: list[float | str] = []
-            for tamper in (False, True):
-                ch = challenge(2e-4, gpus=2, gpu_n=128)
+            for tamper, nonce in ((False, PINNED_NONCES[0]), (True, PINNED_NONCES[2])):
+                ch = challenge(2e-4, gpus=2, gpu_n=128, nonce=nonce)
                 ch.sent_at = time.perf_counter()
                 commit = page.evaluate("(m) => window.answerer.commit(m)", wg.gpu_message(ch, CONFIG))
                 opening = on_commit(ch, commit, time.perf_counter(), random.Random(1), CONFIG)

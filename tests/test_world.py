@@ -40,11 +40,13 @@ NODES = {4: 0, 5: 0, 6: 0, 7: 1, 8: 1, 9: 1, 10: 2, 11: 2, 12: 2}  # node host -
 NODES_AT_ONCE = 3
 BROWSER = 100                                        # the test's own namespace, in region 0
 REGION_OF = {**{h: i for i, h in enumerate(RELAYS)}, **NODES, BROWSER: 0}
-# Measuring time once the browser joined (both cores were busy until then: edges measured since replace those):
-# landmark rounds every 10 s, a peer probe offered every 3 s, relays' session edges every 3 s. A relay brokers
-# probes between its own sessions: 12 node-node pairs (3 + 3 + 6, the browser's included), all of them measured
-# in 20 s at these cadences as in 35 s at 5 s and 15 s (2026-12-05, 2 vCPU: median error 0.025 and 0.039,
-# 5-NN recall 0.92 both), and an edge is its newest sample: a longer run does not average the noise away.
+# Measuring time once the browser joined (both cores were busy until then: landmark and session edges measured
+# since replace those): landmark rounds every 10 s, a peer probe offered every 3 s, relays' session edges every
+# 3 s. A relay brokers probes between its own sessions: 12 node-node pairs (3 + 3 + 6, the browser's included),
+# all of them measured in 20 s at these cadences as in 35 s at 5 s and 15 s (2026-12-05, 2 vCPU: median error
+# 0.025 and 0.039, 5-NN recall 0.92 both). A pair is probed again only after 30 s, so a node-node edge may date
+# from the busy minutes; it is the lowest of its pings (host_runner/peer_probe.py), which busy cores only
+# raise. An edge is its newest sample: a longer run does not average the noise away.
 RUN_S = 20.0
 # The most the measured edges may read above their built RTTs (median): the router's hop and two event loops
 # added 2-4 ms here (judge()); a relay that added a fixed delay to every RTT would pass the map's checks if the
