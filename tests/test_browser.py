@@ -27,6 +27,9 @@ FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "-
          "--disable-sync", "--no-first-run"]
 ARTIFACTS = ROOT / "test-artifacts"
 JOIN_DONE = "() => /joined|stopped|refused|unreachable|busy/.test(document.getElementById('status').textContent)"
+# The join page's query for joins that judge no figure: the heavy-work budget spent by the CPU phases, so the
+# disk and GPU phases are skipped (~5 s less per join; the skip itself is test_heavy_work_budget_skips_later_phases)
+CPU_ONLY = "?heavy_budget_s=0.5"
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +112,7 @@ def test_without_webgpu(browser_type: BrowserType, relay: RelayProcess) -> None:
 
 def test_relay_refusal_is_shown(page: Page, relay: RelayProcess) -> None:
     """A refusal from the relay is shown with its message, never a hanging spinner."""
-    page.goto(relay.url + "/?heavy_budget_s=0.5")  # no disk or GPU phase: the refusal is what is tested
+    page.goto(relay.url + "/" + CPU_ONLY)  # the refusal is what is tested
     page.route("**/v1/profiles", lambda route: route.fulfill(
         status=422, content_type="application/problem+json",
         body=json.dumps({"type": "x", "title": "the beacon round is too old", "status": 422, "code": "stale_beacon",
@@ -175,11 +178,10 @@ def test_fallback_signer_without_webcrypto_ed25519(browser: Browser, relay: Rela
     """)
     try:
         page = context.new_page()
-        quick = "?heavy_budget_s=0.5"  # the signer is what is tested: no disk or GPU phase
-        profile = join(page, relay, quick)
+        profile = join(page, relay, CPU_ONLY)  # the signer is what is tested
         verify_record("NodeProfile", profile)  # the relay accepted it too (join() checks "joined")
         assert profile["evidence"]["browser"]["signer"] == "noble-ed25519"
-        assert join(page, relay, quick)["node_id"] == profile["node_id"]  # the fallback key persists as well
+        assert join(page, relay, CPU_ONLY)["node_id"] == profile["node_id"]  # the fallback key persists as well
     finally:
         context.close()
 
@@ -206,8 +208,7 @@ def whole_device(browser: Browser, relay: RelayProcess, claimed_cores: int | Non
         if claimed_cores is not None:
             cdp = context.new_cdp_session(page)
             cdp.send("Emulation.setHardwareConcurrencyOverride", {"hardwareConcurrency": claimed_cores})
-        # what the comparison needs is the instance search's choice: no disk or GPU phase (~5 s less per join)
-        profile = join(page, relay, "?heavy_budget_s=0.5")
+        profile = join(page, relay, CPU_ONLY)  # what the comparison needs is the instance search's choice
         return profile
     finally:
         context.close()
@@ -376,7 +377,7 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         # the page signed the same bytes CPython signs (capsule/canonical.py in Pyodide)
         message = page.evaluate("(p) => window.cePython.message('NodeProfile', p)", profile)
         assert bytes.fromhex(message) == signing_message("NodeProfile", profile)
-        status, node, _ = r.get(f"/v1/nodes/{profile['node_id']}")
+        status, node, _ = r.get(f"/v1/nodes/{node_id}")
         assert status == 200 and node["profile"] == profile and node["status"]["online"] is True
         assert profile["runtime"]["kind"] == "browser" and profile["cpu"]["gflops_fp32"] > 0
         assert profile["cpu"]["mem_bw_gbps"] > 0 and profile["llm"]["tokens_per_sec"] > 0

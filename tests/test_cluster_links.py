@@ -208,7 +208,7 @@ def test_a_browser_is_measured_by_the_landmarks_too(
     confirmed on every relay. When B dies, the page's live session moves to A or C (a fresh edge measured
     there by its pings)."""
     from host_runner.landmarks import landmarks
-    from tests.test_browser import join
+    from tests.test_browser import CPU_ONLY, join
 
     _, relays, keys = cluster
     for r in relays:
@@ -218,7 +218,7 @@ def test_a_browser_is_measured_by_the_landmarks_too(
     server_key = register(b)
     server = LiveSession(b.url, server_key, peer_probes=True).start()
     try:
-        node_id = join(page, b, "?heavy_budget_s=0.5")["node_id"]  # edges are judged here: no disk or GPU phase
+        node_id = join(page, b, CPU_ONLY)["node_id"]  # edges are judged here, not figures
         page.wait_for_function("() => (window.ceLandmarks || []).length === 2", timeout=30_000)
         lines = page.evaluate("() => window.ceLandmarks")
         assert all(line.endswith(" ms") for line in lines), lines  # both probes completed, none failed

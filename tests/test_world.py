@@ -176,7 +176,7 @@ def fits_and_refusals(relays: list[int]) -> dict[int, Any]:
 
 def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
         world: dict[tuple[int, int], float], tmp_path: Path, browser_type: Any) -> None:
-    from tests.test_browser import CHROMIUM, FLAGS, JOIN_DONE
+    from tests.test_browser import CHROMIUM, CPU_ONLY, FLAGS, JOIN_DONE
 
     keys = {h: load_or_create(tmp_path / f"relay{h}" / "relay.key") for h in RELAYS}
     node_keys = {h: load_or_create(tmp_path / f"node{h}" / "node.key") for h in NODES}  # the nodes' CE_BENCH_HOME
@@ -221,7 +221,7 @@ def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
                     # phone behind NAT needs the relay's STUN servers instead: peer_ice_servers)
                     "--disable-features=WebRtcHideLocalIpsWithMdns"])
                 page = browser.new_page()
-                page.goto(home + "/?heavy_budget_s=0.5")  # edges are judged here: no disk or GPU phase
+                page.goto(home + "/" + CPU_ONLY)  # edges are judged here, not figures
                 page.wait_for_function("() => !document.getElementById('join').disabled", timeout=60_000)
                 page.click("#join")
             for h in batch:
