@@ -1,114 +1,179 @@
-/* A relay's challenge, answered with the sgemm probe's own code (reactor only).
+/* A relay's challenge, answered with the sgemm probe's kernel (reactor only).
  *
- * Protocol (web/challenges.py): the relay names a seed, the order n of the probe it checks and a number of
- * products; the node computes C_t = A_t * B_t for t < reps with the probe's inputs (ce_sgemm_inputs, seed
- * + t * golden) and kernel, and commits to every C_t by the root of one Merkle tree whose leaves are their
- * rows (product-major: leaf t * n + i is row i of C_t). Only then does the relay name leaves; the node
- * opens each with the row's bytes and the sibling hashes on its path, and the relay recomputes entries of
- * those rows itself. Committing first is what makes the opened rows evidence for all the products: a node
- * cannot know which rows it must get right. Repeating products of the probe's own order (rather than one
- * larger product) keeps the kernel's cache behaviour, and so its speed, that of the figure being checked.
+ * Protocol (web/challenges.py, capsule/challenge.py): the relay names a seed, the order n of the probe it
+ * checks and at most `reps` products; the node computes C_t = A_t * B for t = 0, 1, ... (B drawn once per
+ * instance from the seed, A_t per product from seed + t * golden: every product is a fresh n^3 of work) with
+ * the probe's kernel, and, as each product is done, hashes its rows into the product's own Merkle root. At a
+ * roll call it stops where its deadline falls and commits to the products it finished (k of them) by one root
+ * over their roots. Only then does the relay name rows among those k products; the node opens each with the
+ * row's bytes and the sibling hashes on its path (the product is recomputed: only its root was kept), and the
+ * relay recomputes entries of those rows itself. Committing first is what makes the opened rows evidence for
+ * all k products; counting only the k committed in time is what lets a busy node count what it did.
  *
- * Tree: leaf = SHA-256(0x00 || row bytes, fp32 little-endian); node = SHA-256(0x01 || left || right)
- * (RFC 6962's domain separation, so a leaf can never pass for a node); the leaf count is padded to a power
- * of two with all-zero hashes. capsule/challenge.py verifies proofs and holds a reference implementation.
+ * Tree: leaf = BLAKE3(row bytes, fp32 little-endian); node = BLAKE3 keyed with CE_NODE_KEY of (left || right)
+ * (a leaf is 4n >= 4 bytes, never a keyed hash, so a leaf can never pass for a node); each level is padded to
+ * a power of two with all-zero hashes: n rows per product tree, then the k product roots in the top tree.
+ * capsule/challenge.py verifies proofs and holds a reference implementation.
  */
 #include "challenge.h"
-#include "probe.h"
+#include "blake3x4.h"
 #include "sgemm.h"
-#include "sha256.h"
-#include "sha256x4.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static float *g_c;          /* the committed products, reps x n x n */
-static int g_n, g_leaves;   /* order, and reps * n rows */
-static uint8_t *g_tree;     /* levels bottom-up: width leaves, then width/2 nodes, ..., 1 root; 32 B each */
-static int g_width;         /* leaves, a power of two >= reps * n */
+/* BLAKE3("ce-bench/v1/merkle-node"): the key of the tree's inner nodes (capsule/challenge.py NODE_KEY) */
+static const uint8_t CE_NODE_KEY[32] = {
+    0x4e, 0x8b, 0xda, 0x42, 0x72, 0x31, 0x22, 0x31, 0xc1, 0x39, 0xcc, 0xb9, 0x02, 0x1e, 0x3a, 0xa1, 0x4f, 0xf3, 0xd0, 0x52, 0x09, 0x9f, 0x61, 0x2c, 0x1d, 0x3a, 0x2c, 0x50, 0x92, 0x3a, 0xf0, 0xb2
+};
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+#define A_STREAM 0x6368616c2d41ULL /* "chal-A" */
+#define B_STREAM 0x6368616c2d42ULL /* "chal-B" */
+
+static uint64_t g_seed;
+static int g_n, g_reps, g_done, g_committed = 0;
+static int g_width_n, g_width_k;   /* leaves of a product tree, of the top tree (powers of two) */
+static float *g_a, *g_b, *g_c;     /* A_t, B, and the product held (g_held) */
+static int g_held = -1;
+static uint8_t *g_sub;             /* the held product's tree, levels bottom-up (2 width_n - 1 hashes) */
+static uint8_t *g_roots;           /* each product's root, reps x 32 */
+static uint8_t *g_top;             /* the committed top tree, levels bottom-up (2 width_k - 1 hashes) */
 
 void ce_challenge_release(void) {
-    free(g_c);
-    free(g_tree);
-    g_c = NULL;
-    g_tree = NULL;
-    g_n = g_width = g_leaves = 0;
-}
-
-static void hash_node(const uint8_t *left, const uint8_t *right, uint8_t out[32]) {
-    static const uint8_t tag = 1;
-    ce_sha256 h;
-    ce_sha256_init(&h);
-    ce_sha256_update(&h, &tag, 1);
-    ce_sha256_update(&h, left, 32);
-    ce_sha256_update(&h, right, 32);
-    ce_sha256_final(&h, out);
-}
-
-int ce_challenge_sgemm(uint64_t seed, int n, int reps) {
-    ce_challenge_release();
-    size_t count = (size_t)n * n;
-    if (n < 1 || n > CE_CHALLENGE_MAX_N || reps < 1 || count * (size_t)reps * sizeof(float) > CE_CHALLENGE_MAX_BYTES)
-        return 2;
-    int leaves = n * reps, width = 1;
-    while (width < leaves) width *= 2;
-    float *a = malloc(count * sizeof *a), *b = malloc(count * sizeof *b);
-    g_c = malloc(count * (size_t)reps * sizeof *g_c);
-    g_tree = calloc((size_t)(2 * width - 1), 32);
-    if (!a || !b || !g_c || !g_tree) {
-        free(a);
-        free(b);
-        ce_challenge_release();
-        return 1;
-    }
-    int rc = 0;
-    for (int t = 0; t < reps && rc == 0; ++t) {
-        ce_sgemm_inputs(seed + (uint64_t)t * 0x9e3779b97f4a7c15ULL, n, a, b);
-        rc = ce_sgemm(n, n, n, a, n, b, n, g_c + count * (size_t)t, n);
-    }
-    free(a);
-    free(b);
+    free(g_a); free(g_b); free(g_c); free(g_sub); free(g_roots); free(g_top);
+    g_a = g_b = g_c = NULL;
+    g_sub = g_roots = g_top = NULL;
+    g_n = g_reps = g_done = g_committed = g_width_n = g_width_k = 0;
+    g_held = -1;
     ce_sgemm_release();
-    if (rc != 0) {
-        ce_challenge_release();
-        return 1;
+}
+
+static int width_of(int count) {
+    int w = 1;
+    while (w < count) w *= 2;
+    return w;
+}
+
+/* Two inputs per splitmix64 draw (bits 63..40, then 39..16: 24 random bits each, exact floats in [-1, 1)):
+ * element j is half j % 2 of draw j / 2 of the stream started at state. */
+static void draw_inputs(uint64_t state, size_t count, float *out) {
+    uint64_t s = state;
+    for (size_t j = 0; j < count; j += 2) {
+        uint64_t z = (s += GOLDEN);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        out[j] = (float)(int32_t)((uint32_t)(z >> 40) - (1u << 23)) * (1.0f / (float)(1u << 23));
+        if (j + 1 < count)
+            out[j + 1] = (float)(int32_t)((uint32_t)((z >> 16) & 0xffffff) - (1u << 23)) * (1.0f / (float)(1u << 23));
     }
-    static const uint8_t leaf_tag = 0;
-    size_t row_bytes = (size_t)n * sizeof *g_c;
-    int i = 0;
-    for (; i + 4 <= leaves; i += 4) { /* four leaves at a time (multi-buffer SHA-256) */
-        const void *rows[4] = {g_c + (size_t)i * n, g_c + (size_t)(i + 1) * n, g_c + (size_t)(i + 2) * n,
-                               g_c + (size_t)(i + 3) * n};
-        ce_sha256x4_tagged(leaf_tag, rows, row_bytes, (uint8_t(*)[32])(g_tree + (size_t)i * 32));
+}
+
+/* Hashes `count` equal-length messages of `len` bytes, msg(i) = base + i * stride, four at a time. */
+static void hash_many(const uint8_t *base, size_t stride, size_t len, int count, const uint8_t *key, uint8_t *out) {
+    for (int i = 0; i < count; i += 4) {
+        const void *msg[4];
+        uint8_t digests[4][32];
+        for (int l = 0; l < 4; ++l) msg[l] = base + (size_t)(i + l < count ? i + l : i) * stride;
+        ce_blake3x4(msg, len, key, digests);
+        memcpy(out + (size_t)i * 32, digests, (size_t)(count - i < 4 ? count - i : 4) * 32);
     }
-    for (; i < leaves; ++i) { /* the rest one by one; padding leaves stay all-zero (calloc) */
-        ce_sha256 h;
-        ce_sha256_init(&h);
-        ce_sha256_update(&h, &leaf_tag, 1);
-        ce_sha256_update(&h, g_c + (size_t)i * n, (size_t)n * sizeof *g_c);
-        ce_sha256_final(&h, g_tree + (size_t)i * 32);
-    }
-    uint8_t *level = g_tree;
+}
+
+/* The levels above `width` hashes at `level` (contiguous: each pair is the 64-byte message of its node). */
+static void build_levels(uint8_t *level, int width) {
     for (int w = width; w > 1; w /= 2) {
-        uint8_t *up = level + (size_t)w * 32;
-        for (int i = 0; i < w / 2; ++i) hash_node(level + (size_t)(2 * i) * 32, level + (size_t)(2 * i + 1) * 32, up + (size_t)i * 32);
-        level = up;
+        hash_many(level, 64, 64, w / 2, CE_NODE_KEY, level + (size_t)w * 32);
+        level += (size_t)w * 32;
     }
-    g_n = n;
-    g_leaves = leaves;
-    g_width = width;
+}
+
+/* Computes product t into g_c and its tree into g_sub. */
+static int compute(int t) {
+    size_t count = (size_t)g_n * g_n;
+    draw_inputs((g_seed + (uint64_t)t * GOLDEN) ^ A_STREAM, count, g_a);
+    if (ce_sgemm(g_n, g_n, g_n, g_a, g_n, g_b, g_n, g_c, g_n) != 0) return -1;
+    memset(g_sub, 0, (size_t)(2 * g_width_n - 1) * 32);
+    hash_many((const uint8_t *)g_c, (size_t)g_n * sizeof *g_c, (size_t)g_n * sizeof *g_c, g_n, NULL, g_sub);
+    build_levels(g_sub, g_width_n);
+    g_held = t;
     return 0;
 }
 
-const uint8_t *ce_challenge_root(void) { return g_tree ? g_tree + (size_t)(2 * g_width - 2) * 32 : NULL; }
+int ce_challenge_begin(uint64_t seed, int n, int reps) {
+    ce_challenge_release();
+    if (n < 1 || n > CE_CHALLENGE_MAX_N || reps < 1 || reps > CE_CHALLENGE_MAX_PRODUCTS) return 2;
+    size_t count = (size_t)n * n;
+    g_width_n = width_of(n);
+    g_a = malloc(count * sizeof *g_a);
+    g_b = malloc(count * sizeof *g_b);
+    g_c = malloc(count * sizeof *g_c);
+    g_sub = malloc((size_t)(2 * g_width_n - 1) * 32);
+    g_roots = malloc((size_t)reps * 32);
+    if (!g_a || !g_b || !g_c || !g_sub || !g_roots) {
+        ce_challenge_release();
+        return 1;
+    }
+    g_seed = seed;
+    g_n = n;
+    g_reps = reps;
+    draw_inputs(seed ^ B_STREAM, count, g_b);
+    return 0;
+}
 
-const float *ce_challenge_row(int i) { return (g_c && i >= 0 && i < g_leaves) ? g_c + (size_t)i * g_n : NULL; }
+int ce_challenge_next(int count) {
+    if (!g_roots) return -1;
+    for (int i = 0; i < count && g_done < g_reps; ++i) {
+        if (compute(g_done) != 0) return -1;
+        memcpy(g_roots + (size_t)g_done * 32, g_sub + (size_t)(2 * g_width_n - 2) * 32, 32);
+        ++g_done;
+    }
+    return g_done;
+}
+
+int ce_challenge_commit(int k) {
+    if (!g_roots || k < 1 || k > g_done) return 2;
+    free(g_top);
+    g_width_k = width_of(k);
+    g_top = calloc((size_t)(2 * g_width_k - 1), 32);
+    if (!g_top) return 1;
+    memcpy(g_top, g_roots, (size_t)k * 32);
+    build_levels(g_top, g_width_k);
+    g_committed = k;
+    return 0;
+}
+
+int ce_challenge_sgemm(uint64_t seed, int n, int reps) {
+    int rc = ce_challenge_begin(seed, n, reps);
+    if (rc != 0) return rc;
+    if (ce_challenge_next(reps) != reps) {
+        ce_challenge_release();
+        return 1;
+    }
+    return ce_challenge_commit(reps);
+}
+
+const uint8_t *ce_challenge_root(void) { return g_top ? g_top + (size_t)(2 * g_width_k - 2) * 32 : NULL; }
+
+/* Holds the product of leaf i (recomputed when another is held); 0, or -1 for a leaf not committed. */
+static int hold(int i) {
+    if (!g_top || i < 0 || i / g_n >= g_committed) return -1;
+    return i / g_n == g_held ? 0 : compute(i / g_n);
+}
+
+const float *ce_challenge_row(int i) { return hold(i) == 0 ? g_c + (size_t)(i % g_n) * g_n : NULL; }
 
 int ce_challenge_proof(int i, uint8_t *out) {
-    if (!g_tree || i < 0 || i >= g_leaves) return -1;
+    if (hold(i) != 0) return -1;
     int count = 0;
-    uint8_t *level = g_tree;
-    for (int w = g_width, k = i; w > 1; w /= 2, k /= 2, ++count) {
+    const uint8_t *level = g_sub;
+    for (int w = g_width_n, k = i % g_n; w > 1; w /= 2, k /= 2, ++count) {
+        memcpy(out + (size_t)count * 32, level + (size_t)(k ^ 1) * 32, 32);
+        level += (size_t)w * 32;
+    }
+    level = g_top;
+    for (int w = g_width_k, k = i / g_n; w > 1; w /= 2, k /= 2, ++count) {
         memcpy(out + (size_t)count * 32, level + (size_t)(k ^ 1) * 32, 32);
         level += (size_t)w * 32;
     }

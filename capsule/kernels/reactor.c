@@ -101,6 +101,11 @@ EXPORT("ce_llm_logits") const float *x_llm_logits(const ce_llm *m) { return ce_l
 EXPORT("ce_challenge_sgemm") int x_challenge_sgemm(uint32_t seed_lo, uint32_t seed_hi, int n, int reps) {
     return ce_challenge_sgemm((uint64_t)seed_hi << 32 | seed_lo, n, reps);
 }
+EXPORT("ce_challenge_begin") int x_challenge_begin(uint32_t seed_lo, uint32_t seed_hi, int n, int reps) {
+    return ce_challenge_begin((uint64_t)seed_hi << 32 | seed_lo, n, reps);
+}
+EXPORT("ce_challenge_next") int x_challenge_next(int count) { return ce_challenge_next(count); }
+EXPORT("ce_challenge_commit") int x_challenge_commit(int k) { return ce_challenge_commit(k); }
 EXPORT("ce_challenge_root") const uint8_t *x_challenge_root(void) { return ce_challenge_root(); }
 EXPORT("ce_challenge_row") const float *x_challenge_row(int i) { return ce_challenge_row(i); }
 EXPORT("ce_challenge_proof") int x_challenge_proof(int i, uint8_t *out) { return ce_challenge_proof(i, out); }

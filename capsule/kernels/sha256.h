@@ -11,7 +11,7 @@ typedef struct {
     size_t used;
 } ce_sha256;
 
-/* FIPS 180-4's round constants and initial hash value (shared with the four-lane sha256x4.c). */
+/* FIPS 180-4's round constants and initial hash value. */
 extern const uint32_t ce_sha256_k[64];
 extern const uint32_t ce_sha256_iv[8];
 
