@@ -2,7 +2,8 @@
 // capsule's own probe driver — the same C, arguments and ProbeReport as `wasmtime run capsule.wasm`.
 // The worker only supplies the clock (unix time in microseconds, so all workers share one timeline)
 // and collects the summary lines. Messages: {cmd: "init", module}, then {cmd: "run", args: [...]}; for the
-// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps} -> root (hex) and
+// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps, stopAt} ->
+// {root (hex), products} and
 // {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}; {cmd: "llm", seedLo, seedHi,
 // decode} -> token_ids_sha256 (hex).
 
@@ -34,11 +35,23 @@ const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0"))
 
 let challengeN = 0; // the order of the product this worker committed to
 
+// Products one after another; with stopAt (Date.now() ms: the roll call's deadline on this clock) a product
+// is begun only while the last one's time still fits before it (the first always is), then the worker
+// commits to those it finished (capsule/kernels/challenge.c; host_runner/challenge_answer.py does the same).
 function challenge(m) {
-  const rc = k.ce_challenge_sgemm(m.seedLo >>> 0, m.seedHi >>> 0, m.n, m.reps);
-  if (rc !== 0) throw new Error(rc === 1 ? `out of memory for ${m.reps} products of order ${m.n}` : `bad challenge size ${m.n} x ${m.reps}`);
+  const rc = k.ce_challenge_begin(m.seedLo >>> 0, m.seedHi >>> 0, m.n, m.reps);
+  if (rc !== 0) throw new Error(rc === 1 ? `out of memory for products of order ${m.n}` : `bad challenge size ${m.n} x ${m.reps}`);
+  let done = 0;
+  let lastMs = 0;
+  while (done < m.reps && (m.stopAt == null || done === 0 || Date.now() + lastMs <= m.stopAt)) {
+    const started = performance.now();
+    done = k.ce_challenge_next(1);
+    if (done < 0) throw new Error(`the capsule could not compute a product of order ${m.n}`);
+    lastMs = performance.now() - started;
+  }
+  if (k.ce_challenge_commit(done) !== 0) throw new Error(`the capsule could not commit to ${done} product(s)`);
   challengeN = m.n;
-  return hex(new Uint8Array(k.memory.buffer, k.ce_challenge_root(), 32));
+  return { root: hex(new Uint8Array(k.memory.buffer, k.ce_challenge_root(), 32)), products: done };
 }
 
 function open(m) {

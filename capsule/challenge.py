@@ -45,7 +45,7 @@ def instance_seed(beacon_value: str, nonce: str, instance: int) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-MAX_BYTES = 64 << 20          # CE_CHALLENGE_MAX_BYTES: the products one instance keeps for the openings
+MAX_PRODUCTS = 65536          # CE_CHALLENGE_MAX_PRODUCTS: only each product's 32-byte root is kept
 DEFAULT_N = 1024             # when the claim's evidence names no order
 
 
@@ -65,18 +65,19 @@ def product_seed(seed: int, t: int) -> int:
 
 def reps_for(claimed_gflops: float, instances: int, n: int, target_s: float) -> int:
     """How many n-order products one instance computes so the claimed speed needs at most target_s (2 n^3
-    flops each at claimed / instances GFLOP/s), at least 1 and within MAX_BYTES. A claim beyond that just gets
-    a shorter challenge: a node slower than its claim still shows in the observed time.
+    flops each at claimed / instances GFLOP/s), at least 1 and at most MAX_PRODUCTS. A claim beyond that just
+    gets a shorter challenge: a node slower than its claim still shows in the observed time.
 
     Rounded down, not to the nearest: roll calls hold every answer to one deadline (deadline_factor x
     target_s) and count at most work / target_s, so work beyond target_s at the claim only eats an honest
     node's margin. Rounding to the nearest once asked 4 products where 3.76 fit (1.06 s at the claim): an
     honest node answering at 0.8x its claim on busy cores (CI, 2026-12-04) missed every roll call. The price:
     a roll call counts at most floor(x) / x of the claim, x being the products that fit (3 of 3.76: 80%; 1 of
-    1.9: 53%); finer units of work (part of a product) would remove it and are not built yet."""
+    1.9: 53%). Roll calls now size their work beyond the deadline and count the products committed by the
+    node's stop (web/rollcall.py work_s, stop_after_s), so this rounding only shapes solo challenges."""
     per_instance = max(claimed_gflops, 0.0) / max(instances, 1) * 1e9
     reps = math.floor(per_instance * target_s / (2 * n**3))
-    return int(max(1, min(reps, MAX_BYTES // (4 * n * n))))
+    return int(max(1, min(reps, MAX_PRODUCTS)))
 
 
 def challenge_size(claimed_gflops: float, instances: int, evidence_n: object, target_s: float,

@@ -1,7 +1,7 @@
 """The GPU challenge's definition (issue 20, item 5), shared by the relay that checks it and the nodes that answer it
 (host_runner/gpu_answer.py through wgpu; a browser through WebGPU). Pure stdlib, so it runs under Pyodide too.
 
-Kind "gpu" is the sgemm challenge of capsule/challenge.py run by the GPU probe's own WGSL matmul
+Kind "gpu" is the first version of the sgemm challenge (capsule/challenge.py) run by the GPU probe's own WGSL matmul
 (capsule/shaders/matmul_f32.wgsl, the shader behind a profile's gpus[].fp32_tflops):
 
 - instance i has seed_i = capsule.challenge.instance_seed(beacon, nonce, i); its product t < reps is
@@ -9,9 +9,11 @@ Kind "gpu" is the sgemm challenge of capsule/challenge.py run by the GPU probe's
   started at (seed_i + t golden) ^ "sgemm", A's n^2 draws then B's, uniform in [-1, 1) with 24 bits. The GPU
   draws them itself (capsule/shaders/challenge_gpu.wgsl, bit for bit), and the relay checks opened rows with
   capsule.challenge.check_entries unchanged;
-- one Merkle root per instance over leaves t n + r = row r of C_t (little-endian fp32), the same tree as the
-  CPU challenge's: leaf sha256(0x00 || row), node sha256(0x01 || left || right), padded with zero leaves to a
-  power of two; so web/challenges.py's on_commit, parse_opening and check_opened take it as they are.
+- one Merkle root per instance over leaves t n + r = row r of C_t (little-endian fp32), capsule/challenge.py's
+  tree: leaf sha256(0x00 || row), node sha256(0x01 || left || right), padded with zero leaves to a power of
+  two. (The CPU challenge has since moved to BLAKE3 leaves, fresh A_t with one B per instance, and a tree per
+  product so a node can commit what it finished by a deadline: capsule/cpu_challenge.py. The GPU keeps this
+  form: it hashes on the GPU, where SHA-256 is no bottleneck, and answers every product it is given.)
 
 What differs from the CPU challenge, and why:
 

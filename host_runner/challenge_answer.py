@@ -5,6 +5,7 @@ host_runner/cpu.py), so a challenge split over k instances uses k cores like the
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 from capsule.challenge import encode_row
 from host_runner.wasm import CapsuleError, Reactor, default_engine
 
-PROOF_BYTES = 32 * 32  # room for the sibling hashes of any tree a challenge can make (at most 2^32 leaves)
+PROOF_BYTES = 32 * 32  # room for the sibling hashes of any tree a challenge can make (2^12 rows x 2^16 products)
 
 
 class ReactorPool:
@@ -40,9 +41,9 @@ class ReactorPool:
 
 
 class SgemmAnswer:
-    """One challenge: `commit` computes every instance's products and returns the Merkle roots (hex);
-    `open` returns the named rows (leaves) with their proofs. Holds the reactors (and their products) in
-    between."""
+    """One challenge: `commit` computes each instance's products one after another and returns the Merkle roots
+    (hex) over the products done (`products`, per instance); `open` returns the named rows (leaves) with their
+    proofs. Holds the reactors in between (each keeps its products' roots; an opened product is recomputed)."""
 
     def __init__(self, reactor_wasm: Path, seeds: list[int], n: int, reps: int = 1,
                  pool: ReactorPool | None = None) -> None:
@@ -52,21 +53,38 @@ class SgemmAnswer:
         self.reps = reps
         self.pool = pool or ReactorPool(reactor_wasm)
         self.reactors: list[Reactor] = []
+        self.products: list[int] = []
 
-    def commit(self) -> list[str]:
+    def commit(self, stop_at: float | None = None) -> list[str]:
+        """Every product, or with `stop_at` (a time.perf_counter() moment: the roll call's deadline as the
+        relay's `stop_after_s` places it on this clock) those that end before it: a product is begun only if
+        the last one's time still fits before stop_at (the first always is). Work that would end after the
+        deadline counts nothing at the relay, so an instance stops there and commits what it finished."""
         pooled = self.pool.get(len(self.seeds))  # instantiated before the threads: not in the compute window
         reactors: list[Reactor | None] = [None] * len(self.seeds)
         roots: list[str] = [""] * len(self.seeds)
+        products = [0] * len(self.seeds)
         errors: list[str] = []
 
         def work(i: int) -> None:
             try:
                 reactor = pooled[i]
                 seed = self.seeds[i]
-                rc = int(reactor.call("ce_challenge_sgemm", seed & 0xFFFFFFFF, seed >> 32, self.n, self.reps))
+                rc = int(reactor.call("ce_challenge_begin", seed & 0xFFFFFFFF, seed >> 32, self.n, self.reps))
                 if rc != 0:
-                    raise CapsuleError(f"the capsule could not compute the challenge (code {rc}, n={self.n}, "
+                    raise CapsuleError(f"the capsule could not begin the challenge (code {rc}, n={self.n}, "
                                        f"reps={self.reps})")
+                done, last_s = 0, 0.0
+                while done < self.reps and (stop_at is None or done == 0
+                                            or time.perf_counter() + last_s <= stop_at):
+                    started = time.perf_counter()
+                    done = int(reactor.call("ce_challenge_next", 1))
+                    if done < 0:
+                        raise CapsuleError(f"the capsule could not compute product {products[i]} (n={self.n})")
+                    last_s = time.perf_counter() - started
+                    products[i] = done
+                if int(reactor.call("ce_challenge_commit", done)) != 0:
+                    raise CapsuleError(f"the capsule could not commit to {done} product(s)")
                 roots[i] = bytes(reactor.get(int(reactor.call("ce_challenge_root")), np.uint8, (32,))).hex()
                 reactors[i] = reactor
             except (CapsuleError, OSError) as exc:  # reported by commit(), never lost in a thread
@@ -80,6 +98,7 @@ class SgemmAnswer:
         if errors:
             raise CapsuleError(errors[0])
         self.reactors = [r for r in reactors if r is not None]
+        self.products = products
         return roots
 
     def open(self, rows: list[Any]) -> list[dict[str, Any]]:
@@ -87,7 +106,8 @@ class SgemmAnswer:
         out = []
         for item in rows:
             if (not isinstance(item, list) or len(item) != 2 or not all(type(v) is int for v in item)
-                    or not 0 <= item[0] < len(self.reactors) or not 0 <= item[1] < self.n * self.reps):
+                    or not 0 <= item[0] < len(self.reactors)
+                    or not 0 <= item[1] < self.n * self.products[item[0]]):
                 raise ValueError(f"not an [instance, leaf] of this challenge: {item!r:.60}")
             reactor = self.reactors[item[0]]
             row = reactor.get(int(reactor.call("ce_challenge_row", item[1])), np.float32, (self.n,))

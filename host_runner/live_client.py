@@ -222,6 +222,10 @@ class LiveSession:
         try:
             seeds = [int(s, 16) for s in message["seeds"]]
             n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
+            stop_after_s = message.get("stop_after_s")
+            # the roll call's deadline on this clock, from the moment the challenge arrived (the relay allows
+            # for the network: web/challenges.py net_time_s)
+            stop_at = None if stop_after_s is None else time.perf_counter() + float(stop_after_s)
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
@@ -231,13 +235,13 @@ class LiveSession:
         def work() -> None:
             try:
                 with self._at_work(), self._reactor_lock:
-                    roots = answer.commit()
+                    roots = answer.commit(stop_at)
             except CapsuleError as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
             self._answer = (cid, answer)
             with contextlib.suppress(OSError, WebSocketException):  # the loop sees a closed socket and reconnects
-                self._send(ws, {"type": "commit", "id": cid, "roots": roots})
+                self._send(ws, {"type": "commit", "id": cid, "roots": roots, "products": answer.products})
 
         threading.Thread(target=work, name="challenge", daemon=True).start()
 

@@ -11,20 +11,17 @@ import numpy as np
 import pytest
 
 from capsule.challenge import (
-    MAX_BYTES,
     MAX_N,
+    MAX_PRODUCTS,
     MIN_N,
     ChallengeError,
-    check_entries,
-    check_proof,
     decode_row,
     encode_row,
-    inputs_of,
     instance_seed,
-    merkle_root,
     order_of,
     reps_for,
 )
+from capsule.cpu_challenge import check_entries, check_proof, commitment_root, inputs_of, product_root
 from host_runner.challenge_answer import SgemmAnswer
 from web.challenges import check_opened, new_challenge, new_llm_challenge, on_commit, parse_opening
 from web.config import RelayConfig
@@ -42,20 +39,25 @@ def answered(artifacts: Any) -> tuple[SgemmAnswer, list[str]]:
 
 
 def rows_of(answer: SgemmAnswer, instance: int) -> np.ndarray:
-    """Every leaf of an instance: the rows of all its products, product-major."""
+    """Every leaf of an instance: the rows of all its committed products, product-major (each product is
+    recomputed when its first row is asked: only roots are kept)."""
     reactor = answer.reactors[instance]
-    return np.stack([reactor.get(int(reactor.call("ce_challenge_row", i)), np.float32, (answer.n,))
-                     for i in range(answer.n * answer.reps)])
+    return np.stack([reactor.get(int(reactor.call("ce_challenge_row", i)), np.float32, (answer.n,)).copy()
+                     for i in range(answer.n * answer.products[instance])])
 
 
 def test_capsule_commitment_matches_reference(answered: tuple[SgemmAnswer, list[str]]) -> None:
-    """The wasm tree over the products' rows equals the Python reference, and each C_t is the product of
-    the seed's inputs for t (so the relay's regeneration of A_t and B_t is the capsule's own)."""
+    """The wasm trees over the products' rows (BLAKE3 leaves, keyed BLAKE3 nodes: the PyPI blake3 here)
+    equal the Python reference, and each C_t is the product of the seed's inputs for t (so the relay's
+    regeneration of A_t and B is the capsule's own)."""
     answer, roots = answered
     n = answer.n
+    assert answer.products == [3, 3]
     for i in range(2):
         leaves = rows_of(answer, i)
-        assert merkle_root([row.astype("<f4").tobytes() for row in leaves]).hex() == roots[i]
+        per_product = [product_root([row.astype("<f4").tobytes() for row in leaves[t * n:(t + 1) * n]])
+                       for t in range(answer.reps)]
+        assert commitment_root(per_product).hex() == roots[i]
         for t in range(answer.reps):
             a, b = inputs_of(answer.seeds[i], n, t)
             assert np.max(np.abs(a.astype(np.float64) @ b.astype(np.float64) - leaves[t * n:(t + 1) * n])) < 1e-3
@@ -65,22 +67,27 @@ def test_capsule_commitment_matches_reference(answered: tuple[SgemmAnswer, list[
 
 def test_openings_verify_and_tampering_is_caught(answered: tuple[SgemmAnswer, list[str]]) -> None:
     answer, roots = answered
-    leaves = answer.n * answer.reps
+    n, k = answer.n, answer.reps
+    leaves = n * k
     (opened,) = answer.open([[1, leaves - 1]])  # the last real leaf, beside the padding
-    raw = decode_row(opened["values"], answer.n)
+    raw = decode_row(opened["values"], n)
     proof = [bytes.fromhex(h) for h in opened["proof"]]
     root = bytes.fromhex(roots[1])
-    check_proof(raw, leaves - 1, proof, root, leaves)
-    assert check_entries(answer.seeds[1], answer.n, leaves - 1, np.frombuffer(raw, "<f4"), range(answer.n)) < 1.0
+    check_proof(raw, leaves - 1, proof, root, n, k)
+    assert check_entries(answer.seeds[1], n, leaves - 1, np.frombuffer(raw, "<f4"), range(n)) < 1.0
     flipped = bytearray(raw)
     flipped[5] ^= 1
     with pytest.raises(ChallengeError, match="does not open") as exc:
-        check_proof(bytes(flipped), leaves - 1, proof, root, leaves)
+        check_proof(bytes(flipped), leaves - 1, proof, root, n, k)
     assert exc.value.code == "wrong_proof"
     with pytest.raises(ChallengeError):
-        check_proof(raw, leaves - 2, proof, root, leaves)  # the right row claimed at another index
+        check_proof(raw, leaves - 2, proof, root, n, k)  # the right row claimed at another index
+    with pytest.raises(ChallengeError):
+        check_proof(raw, leaves - 1 - n, proof, root, n, k)  # ... or in another product
     with pytest.raises(ChallengeError, match="sibling"):
-        check_proof(raw, leaves - 1, proof[:-1], root, leaves)
+        check_proof(raw, leaves - 1, proof[:-1], root, n, k)
+    with pytest.raises(ChallengeError, match="committed product"):
+        check_proof(raw, leaves - 1, proof, root, n, k - 1)  # a row beyond the products committed
 
 
 def test_row_check_catches_one_wrong_entry(answered: tuple[SgemmAnswer, list[str]]) -> None:
@@ -112,7 +119,7 @@ def test_work_sized_to_the_claim() -> None:
     # the CI case (8 instances, 64.6 GFLOP/s claimed, 1 s): 3.76 products fit; 4 would need 1.06 s at the claim
     assert reps_for(64.6472, 8, 1024, 1.0) == 3
     assert reps_for(0.001, 1, 1024, 0.5) == 1
-    assert reps_for(1e6, 1, 1024, 0.5) * 4 * 1024**2 == MAX_BYTES  # held within the capsule's memory cap
+    assert reps_for(1e9, 1, 1024, 0.5) == MAX_PRODUCTS  # held within what the capsule keeps roots for
     assert reps_for(40.0, 4, 1024, 0.5) < reps_for(40.0, 2, 1024, 0.5)
     assert (order_of(512), order_of(None), order_of(10), order_of(10**6), order_of(True)) == (512, 1024, MIN_N,
                                                                                               MAX_N, 1024)
@@ -144,7 +151,11 @@ def test_state_machine_refusals(answered: tuple[SgemmAnswer, list[str]]) -> None
     with pytest.raises(ChallengeError) as exc:
         on_commit(challenge_for(answer), {"roots": roots}, 100 + CONFIG.challenge_commit_timeout_s + 1, rng, CONFIG)
     assert exc.value.code == "late"
-    opening = on_commit(ch, {"roots": roots}, 100.5, rng, CONFIG)
+    for products in ([3], [0, 3], [3, 4], [3, "3"], "3"):  # one per instance, each in [1, reps]
+        with pytest.raises(ChallengeError, match="products") as exc:
+            on_commit(challenge_for(answer), {"roots": roots, "products": products}, 100.5, rng, CONFIG)
+        assert exc.value.code == "malformed_commit"
+    opening = on_commit(ch, {"roots": roots}, 100.5, rng, CONFIG)  # "products" absent: all of them
     assert opening is not None and ch.observed_gflops == pytest.approx(2 * 2 * 3 * 101**3 / 0.5 / 1e9)
     with pytest.raises(ChallengeError) as exc:
         on_commit(ch, {"roots": roots}, 100.6, rng, CONFIG)
@@ -157,6 +168,35 @@ def test_state_machine_refusals(answered: tuple[SgemmAnswer, list[str]]) -> None
     with pytest.raises(ChallengeError) as exc:
         parse_opening(ch, {"rows": rows}, 100.5 + CONFIG.challenge_open_timeout_s + 1, CONFIG)
     assert exc.value.code == "late"
+
+
+def test_a_commitment_to_the_products_finished_counts_their_work(artifacts: Any) -> None:
+    """A node stopped by its deadline commits its first k products; the relay times and counts those k
+    (not the reps it was given) and opens rows among them only, which the capsule opens by recomputing the
+    product (only roots are kept)."""
+    seeds = [instance_seed(BEACON["value"], "00ff", i) for i in range(2)]
+    answer = SgemmAnswer(artifacts.reactor, seeds, 128, 50)
+    roots = answer.commit(stop_at=0.0)  # already past: each instance does its first product only
+    assert answer.products == [1, 1]
+    rng = random.Random(4)
+    ch = challenge_for(answer)
+    opening = on_commit(ch, {"roots": roots, "products": answer.products}, 100.5, rng, CONFIG)
+    assert opening is not None and ch.products == [1, 1]
+    assert ch.flops == 2 * 2 * 128**3  # two products' work, not 100
+    assert all(leaf < 128 for _, leaf in ch.rows)
+    rows = answer.open(opening["rows"])
+    assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.6, CONFIG), rng, CONFIG) < 1.0
+    # the same roots claimed as two products each: no proof opens them
+    ch2 = challenge_for(answer)
+    opening2 = on_commit(ch2, {"roots": roots, "products": [2, 2]}, 100.5, random.Random(5), CONFIG)
+    assert opening2 is not None
+    claimed = answer.open([[i, r % 128] for i, r in opening2["rows"]])
+    for item, (_, r) in zip(claimed, opening2["rows"], strict=True):
+        item["row"] = r  # the rows it has, named as the rows asked
+    with pytest.raises(ChallengeError) as exc:
+        parse_opening(ch2, {"rows": claimed}, 100.6, CONFIG)
+    assert exc.value.code == "wrong_proof"
+    answer.release()
 
 
 def test_trust_states() -> None:

@@ -16,7 +16,7 @@ import pytest
 from capsule.challenge import (
     GOLDEN,
     LLM_MAX_DECODE,
-    MAX_BYTES,
+    MAX_PRODUCTS,
     ChallengeError,
     challenge_size,
     check_entries,
@@ -230,12 +230,13 @@ def test_malformed_rows_are_refused_with_the_reason(text: object, n: int, detail
 
 
 def test_the_cap_holds_for_any_order() -> None:
-    assert reps_for(1e9, 1, 1000, 1.0) == MAX_BYTES // (4 * 1000 * 1000)
+    assert reps_for(1e9, 1, 1000, 1.0) == MAX_PRODUCTS == 65536  # CE_CHALLENGE_MAX_PRODUCTS (challenge.h)
+    assert reps_for(1e9, 1, 128, 1.0) == 65536
 
 
 def test_challenge_size_caps_instances_holds_the_order_and_floors_each_instance() -> None:
-    # 60 GFLOP/s on 3 instances of n=512 for 1 s: 20 per instance, 74.5 products fit, MAX_BYTES keeps 64
-    assert challenge_size(60.0, 3, 512, 1.0, 64, 2.0) == (3, 512, reps_for(60.0, 3, 512, 1.0)) == (3, 512, 64)
+    # 60 GFLOP/s on 3 instances of n=512 for 1 s: 20 per instance, 74.5 products fit: 74 (rounded down)
+    assert challenge_size(60.0, 3, 512, 1.0, 64, 2.0) == (3, 512, reps_for(60.0, 3, 512, 1.0)) == (3, 512, 74)
     assert challenge_size(6400.0, 100, 1024, 1.0, 64, 2.0)[0] == 64  # at most max_instances
     assert challenge_size(50.0, 0, 1024, 1.0, 64, 2.0)[0] == 1        # at least one
     assert challenge_size(50.0, 2, 99_999, 1.0, 64, 2.0)[1] == 2048   # the order held in range (order_of)

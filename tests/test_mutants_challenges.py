@@ -12,16 +12,8 @@ import numpy as np
 import pytest
 
 from capsule import plausibility
-from capsule.challenge import (
-    ChallengeError,
-    encode_row,
-    instance_seed,
-    leaf_hash,
-    merkle_root,
-    node_hash,
-    product_seed,
-    tree_width,
-)
+from capsule.challenge import ChallengeError, encode_row, instance_seed, product_seed, tree_width
+from capsule.cpu_challenge import commitment_root, leaf_hash, node_hash, product_root
 from web.challenges import (
     Challenge,
     implausible,
@@ -63,9 +55,10 @@ def small(instances: int = 2, n: int = 4, reps: int = 3, rtt_ms: float = 0.0) ->
     return ch
 
 
-def tree(rows: list[bytes]) -> list[list[bytes]]:
-    """Every level of capsule/challenge.py's Merkle tree, leaves (zero-padded to a power of two) first."""
-    level = [leaf_hash(r) for r in rows] + [bytes(32)] * (tree_width(len(rows)) - len(rows))
+def tree(hashes: list[bytes]) -> list[list[bytes]]:
+    """Every level of a capsule/cpu_challenge.py Merkle tree over these hashes (zero-padded to a power of
+    two) first."""
+    level = hashes + [bytes(32)] * (tree_width(len(hashes)) - len(hashes))
     levels = [level]
     while len(level) > 1:
         level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
@@ -82,21 +75,28 @@ def proof(levels: list[list[bytes]], index: int) -> list[str]:
 
 
 class Node:
-    """An honest node's side of a small challenge: random rows per instance, committed by their Merkle roots."""
+    """An honest node's side of a small challenge: random rows per instance, committed by their Merkle roots
+    (a tree per product, then the top tree over the product roots)."""
 
     def __init__(self, ch: Challenge) -> None:
         gen = np.random.default_rng(5)
+        self.n = ch.n
         self.rows = [gen.standard_normal((ch.n * ch.reps, ch.n)).astype("<f4") for _ in ch.seeds]
-        self.trees = [tree([r.tobytes() for r in rows]) for rows in self.rows]
-        assert all(t[-1][0] == merkle_root([r.tobytes() for r in rows])  # the levels end in capsule's root
-                   for t, rows in zip(self.trees, self.rows, strict=True))
+        self.products = [[tree([leaf_hash(r.tobytes()) for r in rows[t * ch.n:(t + 1) * ch.n]])
+                          for t in range(ch.reps)] for rows in self.rows]
+        self.tops = [tree([p[-1][0] for p in products]) for products in self.products]
+        for top, products, rows in zip(self.tops, self.products, self.rows, strict=True):  # capsule's roots
+            assert [p[-1][0] for p in products] == [product_root([r.tobytes() for r in rows[t * ch.n:(t + 1) * ch.n]])
+                                                   for t in range(ch.reps)]
+            assert top[-1][0] == commitment_root([p[-1][0] for p in products])
 
     def roots(self) -> list[str]:
-        return [t[-1][0].hex() for t in self.trees]
+        return [t[-1][0].hex() for t in self.tops]
 
     def item(self, instance: int, row: int) -> dict[str, Any]:
+        t, i = divmod(row, self.n)
         return {"instance": instance, "row": row, "values": encode_row(self.rows[instance][row]),
-                "proof": proof(self.trees[instance], row)}
+                "proof": proof(self.products[instance][t], i) + proof(self.tops[instance], t)}
 
     def opening(self, asked: list[list[int]]) -> list[dict[str, Any]]:
         return [self.item(i, row) for i, row in asked]
@@ -353,7 +353,8 @@ def test_an_sgemm_record_lets_anyone_recompute_the_challenge() -> None:
     record = ch.record()
     assert {k: v for k, v in record.items() if k not in ("seed_method", "rtt_ms", "commit_s", "observed_gflops")} \
         == {"id": NONCE[:16], "kind": "sgemm", "issued_at": 1.7e9, "n": 1024, "reps": 4, "instances": 2,
-            "beacon_round": 7, "nonce": NONCE, "claimed_gflops": 40.0, "rows": message["rows"], "roll_call": "rc-1"}
+            "beacon_round": 7, "nonce": NONCE, "claimed_gflops": 40.0, "rows": message["rows"], "roll_call": "rc-1",
+            "products": [4, 4], "stop_after_s": None}
     # the times and the rate, to the microsecond, the 0.1 ms and the 0.001 GFLOP/s
     assert record["rtt_ms"] == pytest.approx(12.3456789, abs=5e-4)
     assert record["commit_s"] == pytest.approx(0.7654321 - 0.0123456789, abs=5e-5)
@@ -391,7 +392,7 @@ def test_an_llm_record_lets_anyone_recompute_the_challenge() -> None:
 
 
 def test_the_seed_recipes_of_all_kinds_are_one() -> None:
-    """The llm seed is the sgemm recipe's instance 0, and a GPU challenge's inputs are the sgemm ones: the
+    """The llm seed is the sgemm recipe's instance 0, and a GPU challenge's seeds are the sgemm ones: the
     published recipes say so word for word."""
     sgemm = new_challenge("node", 40.0, 2, None, BEACON, NONCE, 0.0, SENT, CONFIG).record()["seed_method"]
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG).record()["seed_method"]
@@ -400,7 +401,9 @@ def test_the_seed_recipes_of_all_kinds_are_one() -> None:
     gpu = bare("gpu", commit_s=1e-3)
     record = gpu.record()
     assert record["kind"] == "gpu" and record["claimed_tflops"] == 0.0 and "observed_tflops" in record
-    assert record["seed_method"].startswith(sgemm)
+    # the same seeds and product seeds; the inputs drawn from them differ by kind (each names its recipe)
+    prefix = sgemm.split("; inputs:")[0]
+    assert record["seed_method"].startswith(prefix) and record["seed_method"] != sgemm
 
 
 # --- when the next solo challenge comes ----------------------------------------------------------------------

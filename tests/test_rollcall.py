@@ -11,7 +11,7 @@ import pytest
 from capsule import plausibility
 from web.challenges import implausible, net_time_s, new_challenge, new_llm_challenge
 from web.config import RelayConfig
-from web.rollcall import Proof, counted, draw, due, gap_rounds, on_time, shown
+from web.rollcall import Proof, counted, draw, due, gap_rounds, on_time, shown, stop_after_s, work_s
 from web.stats import MILLI, Contribution
 
 CONFIG = RelayConfig()
@@ -108,6 +108,90 @@ def test_one_machine_counts_at_most_the_deadline_factor_however_it_answers() -> 
     assert worst > 1.0  # the adversarial schedules did get above one machine: the bound is what held them
     # the honest case: one identity claiming the machine counts all of it
     assert roll_call_total([machine], machine, None, CONFIG) == pytest.approx(machine)
+
+
+def honest_answer(claim: float, speed: float, instances: int, n: int, config: RelayConfig,
+                  overhead_s: float = 0.01) -> tuple[float, bool, float]:
+    """A roll-call SGEMM answer of a node that does `speed` GFLOP/s (all instances) to a claim of `claim`, as
+    the node computes it (host_runner/challenge_answer.py: a product is begun only while the last one's time
+    still fits before stop_after_s; the first always is) and as the relay judges it: (the figure counted,
+    on time, the net time)."""
+    ch = new_challenge("n", claim, instances, n, BEACON, "00" * 16, 0.0, 0.0, config, work_s(config),
+                       stop_after_s(config))
+    assert ch.stop_after_s == stop_after_s(config) and ch.message(config)["stop_after_s"] == round(ch.stop_after_s, 4)
+    product_s = 2 * n**3 / (speed / instances * 1e9)
+    k = 1
+    while k < ch.reps and (k + 1) * product_s <= ch.stop_after_s:
+        k += 1
+    ch.products = [k] * instances
+    net = k * product_s + overhead_s
+    proof = Proof("r", shown(ch.flops / 1e9, net, config), instances) if on_time(net, config) else Proof("r")
+    return counted(proof, claim, instances, None, config).cpu_mgflops / MILLI, on_time(net, config), net
+
+
+@pytest.mark.parametrize("config", [CONFIG, RelayConfig(roll_call_target_s=2.0), RelayConfig(roll_call_target_s=0.5)])
+def test_an_honest_node_counts_its_claim_and_a_busy_one_what_it_still_does(config: RelayConfig) -> None:
+    """Credit for the work done by the deadline (issue 29): an honest node whose claim is exactly its speed
+    counts >= 0.9 of its claim (here all of it: what it shows x 1.15 covers the commitment's ~5%), and one
+    slowed to a fraction of its claim by other work counts >= 0.8 of what it still does, never nothing;
+    before, work sized to the claim with an all-or-nothing deadline counted 0 below ~0.8 of the claim.
+    Also at other target times (x / target and x * target differ there). The unit of credit is one product
+    per instance: the guarantee holds where a product takes at most a fifth of stop_after_s (0.225 s at the
+    defaults: n = 1024 at >= 9.6 GFLOP/s per instance); coarser products lose up to one product's share."""
+    judged = 0
+    for n, instances, claim in ((1024, 2, 60.0), (1024, 1, 30.0), (512, 8, 200.0), (1024, 8, 80.0),
+                                (2048, 4, 480.0), (256, 2, 16.0)):
+        for effective in (1.0, 0.95):  # the commitment's share taken off the speed
+            if 2 * n**3 / (claim * effective / instances * 1e9) > stop_after_s(config) / 5:
+                continue
+            judged += 1
+            got, in_time, _ = honest_answer(claim, claim * effective, instances, n, config)
+            assert in_time and got >= 0.9 * claim, (n, instances, claim, effective, got)
+        for fraction in (0.8, 0.6, 0.5, 0.3, 0.2):
+            does = claim * fraction
+            got, in_time, net = honest_answer(claim, does, instances, n, config)
+            product_s = 2 * n**3 / (does / instances * 1e9)
+            if product_s > config.roll_call_deadline_factor * config.roll_call_target_s:
+                continue  # one product alone outlasts the deadline: nothing could have been shown in time
+            assert in_time and 0 < got <= config.trust_cap_factor * does + 1e-9, (n, claim, fraction, net, got)
+            if product_s <= stop_after_s(config) / 5:
+                judged += 1
+                assert got >= 0.8 * does, (n, instances, claim, fraction, got)
+    assert judged >= 20, judged  # the precondition: most combinations had fine enough products to judge
+    # at 0.5 of a 60 GFLOP/s claim (n=1024, 2 instances) it counted what it did; all or nothing counted 0
+    assert honest_answer(60.0, 30.0, 2, 1024, CONFIG)[0] > 25.0
+
+
+def test_partial_answers_keep_one_machine_within_the_deadline_factor() -> None:
+    """The bound of issue 24 with commitments to the products finished: N identities of one machine, each
+    given work beyond the deadline, the machine splitting its time among them in any way and committing
+    each at any moment up to the deadline with the products it finished, count at most
+    deadline_factor x the machine (1.25x), in 3,000 seeded schedules."""
+    import random
+
+    seed = 20261205
+    rng = random.Random(seed)
+    machine, worst = 50.0, 0.0
+    deadline = CONFIG.roll_call_deadline_factor * CONFIG.roll_call_target_s
+    for trial in range(3000):
+        n_ids = rng.randint(1, 12)
+        claims = [machine * rng.choice([rng.uniform(0.01, 1.5), 1.0, 1.0 / n_ids]) for _ in range(n_ids)]
+        product = rng.choice([0.5, 1.0, 2.15, 8.6])  # GFLOP per product (n = 512 ... 1024 ... 2048)
+        shares = [rng.random() for _ in range(n_ids)]  # how the machine's time is split until each commits
+        commits = [deadline * rng.choice([1.0, rng.uniform(0.05, 1.0)]) for _ in range(n_ids)]
+        total, t_prev, done = 0.0, 0.0, [0.0] * n_ids
+        for i in sorted(range(n_ids), key=lambda k: commits[k]):  # work until each commit, split by shares
+            live = [k for k in range(n_ids) if commits[k] >= commits[i]]
+            for k in live:
+                done[k] += machine * (commits[i] - t_prev) * shares[k] / sum(shares[j] for j in live)
+            t_prev = commits[i]
+            given = work_s(CONFIG) * claims[i]
+            work = min(math.floor(done[i] / product) * product, given)
+            if work > 0 and on_time(commits[i], CONFIG):
+                total += min(claims[i], shown(work, commits[i], CONFIG))
+        worst = max(worst, total / machine)
+        assert total <= CONFIG.roll_call_deadline_factor * machine * (1 + 1e-9), (seed, trial, claims)
+    assert worst > 1.0, worst  # the adversarial schedules did get above one machine: the bound is what held them
 
 
 def test_net_time_subtracts_at_most_a_share_of_the_time() -> None:

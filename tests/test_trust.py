@@ -108,8 +108,8 @@ class WrongInputs(SgemmAnswer):
 class WrongRoots(SgemmAnswer):
     """Commits to roots it did not compute: no opening can match them."""
 
-    def commit(self) -> list[str]:
-        super().commit()
+    def commit(self, stop_at: float | None = None) -> list[str]:
+        super().commit(stop_at)
         return [os.urandom(32).hex() for _ in self.seeds]
 
 

@@ -2,9 +2,14 @@
 
 node -> relay  {"type": "hello", "answers": ["sgemm"]}          the session opts in to challenges
 relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "reps": R, "seeds": [HEX16, ...],
-                "beacon_round": R, "nonce": HEX, "commit_within_s": S}
-node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...]}     one Merkle root per seed (instance)
-relay -> node  {"type": "open", "id": HEX, "rows": [[instance, leaf], ...]}   drawn after the commitment
+                "beacon_round": R, "nonce": HEX, "commit_within_s": S, "stop_after_s": D (roll calls only)}
+node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...], "products": [K, ...]}
+                one Merkle root per seed (instance) over its first K products (capsule/cpu_challenge.py);
+                "products" absent: all R. At a roll call the node stops D seconds after the challenge
+                arrived (the common deadline, less a margin for the last product and the network) and
+                commits what it finished: the relay counts the work of those products.
+relay -> node  {"type": "open", "id": HEX, "rows": [[instance, leaf], ...]}   drawn after the commitment,
+                among the committed products' rows
 node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf, "values": BASE64,
                 "proof": [HEX64]}]}
 relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
@@ -16,13 +21,13 @@ seed, D greedy steps) and commits {"type": "commit", "id", "token_ids_sha256": H
 Observed tokens/s = (32 + D) forward passes / the same timed window; the relay recomputes the hash on a
 sampled fraction (wrong_tokens when it differs).
 
-Each instance computes `reps` products of the claim's own order n (capsule/challenge.py); the relay times the
-commitment on its own clock: observed GFLOP/s = instances x reps x 2 n^3 / (commitment received - challenge
-sent - the session's median RTT, capped at challenge_rtt_share_max of that time: net_time_s). An observed
-figure beyond the physical bounds of capsule/plausibility.py for the instances asked is a failed answer
-(implausible_observation). Every failure has a stable code (late, malformed_commit, wrong_proof, wrong_rows,
-malformed_opening, unknown_challenge, replayed, implausible_observation) and counts against the node
-(web/trust.py).
+Each instance computes up to `reps` products of the claim's own order n (capsule/cpu_challenge.py); the relay
+times the commitment on its own clock: observed GFLOP/s = the committed products x 2 n^3 / (commitment
+received - challenge sent - the session's median RTT, capped at challenge_rtt_share_max of that time:
+net_time_s). An observed figure beyond the physical bounds of capsule/plausibility.py for the instances asked
+is a failed answer (implausible_observation). Every failure has a stable code (late, malformed_commit,
+wrong_proof, wrong_rows, malformed_opening, unknown_challenge, replayed, implausible_observation) and counts
+against the node (web/trust.py).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from capsule import plausibility
+from capsule import cpu_challenge, plausibility
 from capsule.challenge import (
     LLM_PROMPT,
     ChallengeError,
@@ -74,9 +79,14 @@ class Challenge:
     beacon_value: str = ""             # the round's value the seeds come from
     rows: list[tuple[int, int]] = field(default_factory=list)
     open_sent_at: float | None = None
+    stop_after_s: float | None = None  # sgemm at a roll call: the node commits what it finished by then
+    products: list[int] | None = None  # sgemm: products committed per instance (None: not committed yet)
 
     @property
     def flops(self) -> float:
+        """The work the answer stands for: the committed products (sgemm), else every product asked."""
+        if self.kind == "sgemm" and self.products is not None:
+            return 2.0 * self.n ** 3 * sum(self.products)
         return 2.0 * self.n ** 3 * self.reps * len(self.seeds)
 
     @property
@@ -98,9 +108,12 @@ class Challenge:
                     "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round,
                     "nonce": self.nonce, "commit_within_s": config.challenge_commit_timeout_s}
         # "sgemm" and "gpu" share the message (web/gpu_challenges.gpu_message)
-        return {"type": "challenge", "id": self.id, "kind": self.kind, "n": self.n, "reps": self.reps,
+        body = {"type": "challenge", "id": self.id, "kind": self.kind, "n": self.n, "reps": self.reps,
                 "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "commit_within_s": config.challenge_commit_timeout_s}
+        if self.stop_after_s is not None:
+            body["stop_after_s"] = round(self.stop_after_s, 4)
+        return body
 
     def record(self) -> dict[str, Any]:
         """What the history keeps: enough for anyone to recompute the challenge from the beacon."""
@@ -120,7 +133,8 @@ class Challenge:
                 "instances": len(self.seeds),
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "seed_method": "instance i: first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}'); "
-                               "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64)",
+                               "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64); inputs: capsule/cpu_challenge.py",
+                "products": self.products, "stop_after_s": self.stop_after_s,
                 "claimed_gflops": self.claimed_gflops, "rtt_ms": round(self.rtt_ms, 3),
                 "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                 "observed_gflops": round(self.observed_gflops, 3) if self.observed_gflops else None,
@@ -155,13 +169,16 @@ def implausible(ch: Challenge) -> str | None:
 
 def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: object, beacon: dict[str, Any],
                   nonce: str, rtt_ms: float | None, now: float, config: RelayConfig,
-                  target_s: float | None = None) -> Challenge:
+                  target_s: float | None = None, stop_after_s: float | None = None) -> Challenge:
+    """An SGEMM challenge sized for target_s at the claim (solo: challenge_target_s). With stop_after_s (a roll
+    call), the node stops then and commits what it finished: it is given work for target_s (the caller sizes
+    it beyond the deadline, so a node at its claim never runs out first)."""
     k, n, reps = challenge_size(claimed_gflops, instances, sgemm_n,
                                 target_s if target_s is not None else config.challenge_target_s,
                                 config.challenge_max_instances, config.core_floor_gflops)
     seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
     return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_gflops, now, rtt_ms or 0.0,
-                     beacon_value=str(beacon["value"]))
+                     beacon_value=str(beacon["value"]), stop_after_s=stop_after_s)
 
 
 def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], nonce: str, rtt_ms: float | None,
@@ -205,15 +222,38 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
     if (not isinstance(roots, list) or len(roots) != len(ch.seeds)
             or not all(isinstance(r, str) and len(r) == 64 for r in roots)):
         raise ChallengeError("malformed_commit", f"expected {len(ch.seeds)} roots of 64 hex digits")
+    products = parse_products(ch, message.get("products"))
     try:
         ch.roots = [bytes.fromhex(r) for r in roots]
     except ValueError:
         raise ChallengeError("malformed_commit", "a root is not hex") from None
+    ch.products = products
     ch.commit_s = net_time_s(elapsed, ch.rtt_ms, config)
-    ch.rows = [(i, rng.randrange(ch.n * ch.reps)) for i in range(len(ch.seeds))
+    # rows among the committed products only: a product committed but not computed is caught with the same
+    # odds as one of a full answer (web/checks.py)
+    ch.rows = [(i, rng.randrange(ch.n * committed_products(ch, i))) for i in range(len(ch.seeds))
                for _ in range(config.challenge_rows_per_instance)]
     ch.open_sent_at = now
     return {"type": "open", "id": ch.id, "rows": [list(r) for r in ch.rows]}
+
+
+def parse_products(ch: Challenge, value: object) -> list[int] | None:
+    """The products an SGEMM commitment covers per instance (absent: every product asked); None for a GPU
+    answer, which always covers them all. Raises ChallengeError."""
+    if ch.kind != "sgemm":
+        if value is not None:
+            raise ChallengeError("malformed_commit", f"a {ch.kind} commitment covers every product: no products")
+        return None
+    if value is None:
+        return [ch.reps] * len(ch.seeds)
+    if (not isinstance(value, list) or len(value) != len(ch.seeds)
+            or not all(type(k) is int and 1 <= k <= ch.reps for k in value)):
+        raise ChallengeError("malformed_commit", f"products: expected {len(ch.seeds)} integers in [1, {ch.reps}]")
+    return list(value)
+
+
+def committed_products(ch: Challenge, instance: int) -> int:
+    return ch.products[instance] if ch.products is not None else ch.reps
 
 
 def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
@@ -239,7 +279,10 @@ def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
             siblings = [bytes.fromhex(h) for h in proof]
         except ValueError:
             raise ChallengeError("malformed_opening", "a proof hash is not hex") from None
-        check_proof(raw, row, siblings, ch.roots[instance], ch.n * ch.reps)
+        if ch.kind == "sgemm":
+            cpu_challenge.check_proof(raw, row, siblings, ch.roots[instance], ch.n, committed_products(ch, instance))
+        else:
+            check_proof(raw, row, siblings, ch.roots[instance], ch.n * ch.reps)
         opened.setdefault(instance, {})[row] = np.frombuffer(raw, "<f4")
     return opened
 
@@ -249,5 +292,6 @@ def check_opened(ch: Challenge, opened: dict[int, dict[int, np.ndarray]], rng: r
     """Recomputes `challenge_entries_per_row` entries of each opened row, at columns drawn now (after the
     opening, so the node could not know them): O(rows x entries x n). The worst error ratio."""
     entries = min(config.challenge_entries_per_row, ch.n)
-    return max(check_entries(ch.seeds[instance], ch.n, leaf, values, rng.sample(range(ch.n), entries))
+    check = cpu_challenge.check_entries if ch.kind == "sgemm" else check_entries
+    return max(check(ch.seeds[instance], ch.n, leaf, values, rng.sample(range(ch.n), entries))
                for instance, rows in opened.items() for leaf, values in rows.items())

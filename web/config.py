@@ -167,12 +167,19 @@ class RelayConfig:
     # one after another finish one after another, and all but the first miss it (with throughput alone,
     # the k-th of them would still count 1/k of the machine: 4 identities counted 2.1x). Whatever a
     # machine does, what it counts at one roll call is at most deadline x cap_factor-bounded (web/rollcall.py
-    # has the bound). 1 s: ten times a 100 ms RTT, and within the memory the capsule keeps per instance
-    # (64 MiB of products: 34 GFLOP at n=1024, so up to 34 GFLOP/s per instance can be shown).
+    # has the bound). 1 s: ten times a 100 ms RTT.
+    # Credit for the work done by the deadline: a roll call's SGEMM challenge names more products than the
+    # claim needs (roll_call_work_headroom x the deadline's worth at the claim) and tells the node to stop
+    # roll_call_stop_share x the deadline after it arrived (its own clock; the rest is for the product in
+    # progress, the commitment and the network); the node commits the products it finished and the relay
+    # counts their work (web/rollcall.py shown): a busy node counts what it still does instead of nothing.
     roll_call_interval_s: float = 600.0
     roll_call_delay_s: float = 1.0
     roll_call_target_s: float = 1.0
     roll_call_deadline_factor: float = 1.25
+    roll_call_stop_share: float = 0.9          # of the deadline (1.125 s at the defaults)
+    roll_call_work_headroom: float = 1.25      # work for 1.5625 s at the claim: a node up to 1.39x its claim
+    #                                            never runs out before it stops
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
     # The GPU phase (kind "gpu", every node that claims fp32 TFLOP/s and answers "gpu") comes after the llm
     # phase's answers are due (> llm offset + commit + open timeouts), alone: on a CPU adapter (lavapipe,
@@ -188,12 +195,12 @@ class RelayConfig:
     trust_half_life_s: float = 6 * 3600.0
     trust_min_passes: int = 2            # passed challenges before a node counts as verified
     # Flagged when the claim exceeds the best observed throughput by more than this factor. Identical runs
-    # on a shared 2-vCPU VM differ by up to 40%, and a challenge also pays for hashing its output (~15%):
+    # on a shared 2-vCPU VM differ by up to 40%, and a challenge also pays for hashing its output (~5%):
     # 2x leaves room for both, and still flags a 3x overstatement.
     trust_flag_factor: float = 2.0
     # The verified scoreboard counts min(claim, median observed x this): an overstatement below the flag
     # factor still counts only what was seen (plus the challenge's known overhead).
-    # 1.15: a challenge pays ~10% for hashing its output; with the RTT share above, a node that lies about
+    # 1.15: a challenge pays ~5% for its inputs and commitment; with the RTT share above, a node that lies about
     # everything it can still counts at most 1.11 x 1.15 = 1.28x what it did.
     trust_cap_factor: float = 1.15
     trust_flag_failures: float = 1.0        # decayed failure weight that flags: one wrong answer

@@ -92,7 +92,7 @@ def gpu_record(ch: Challenge) -> dict[str, Any]:
     return {"id": ch.id, "kind": KIND, "issued_at": ch.issued_at, "n": ch.n, "reps": ch.reps,
             "instances": len(ch.seeds), "beacon_round": ch.beacon_round, "nonce": ch.nonce,
             "seed_method": "instance i: first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}'); "
-                           "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64); inputs as kind sgemm",
+                           "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64); inputs: capsule/challenge.py",
             "claimed_tflops": round(ch.claimed_gflops / 1000, 6), "rtt_ms": round(ch.rtt_ms, 3),
             "commit_s": round(ch.commit_s, 4) if ch.commit_s else None,
             "observed_tflops": round(observed, 6) if observed else None,

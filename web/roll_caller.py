@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from capsule.challenge import LLM_PROMPT
 from web.challenges import Challenge, new_challenge, new_llm_challenge
 from web.gpu_challenges import new_gpu_challenge
-from web.rollcall import Proof, RollCall, due, on_time, shown
+from web.rollcall import Proof, RollCall, due, on_time, shown, stop_after_s, work_s
 from web.stats import MICRO
 from web.store import Store
 
@@ -148,8 +148,10 @@ class RollCaller:
                 desk._drop_proof(node_id, now_wall)
                 continue
             claim = desk.relay.atlas.nodes[node_id].profile
+            # work beyond the deadline, and the moment to stop: the node commits what it finished by then
             ch = new_challenge(node_id, claim.claimed_gflops or 0.0, claim.instances, claim.sgemm_n, beacon,
-                               secrets.token_hex(16), who.rtt_ms, 0.0, self.config, self.config.roll_call_target_s)
+                               secrets.token_hex(16), who.rtt_ms, 0.0, self.config, work_s(self.config),
+                               stop_after_s(self.config))
             ch.roll_call, ch.issued_at = call.id, now_wall
             planned.append((who, ch))
         call.challenged = {ch.node_id for _, ch in planned}

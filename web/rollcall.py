@@ -71,6 +71,19 @@ class Proof:
     gpus: int = 0                # GPUs (instances) proven at the GPU phase
 
 
+def stop_after_s(config: RelayConfig) -> float:
+    """When a node stops computing a roll call's SGEMM challenge and commits what it finished, in seconds
+    after the challenge arrived on its clock (the message's stop_after_s)."""
+    return config.roll_call_stop_share * config.roll_call_deadline_factor * config.roll_call_target_s
+
+
+def work_s(config: RelayConfig) -> float:
+    """The seconds of work at the claim a roll call's SGEMM challenge names: beyond the deadline, so a node
+    at (or somewhat above) its claim is still computing when it stops. The work beyond what it committed
+    is never counted: shown() counts only the committed products."""
+    return config.roll_call_work_headroom * config.roll_call_deadline_factor * config.roll_call_target_s
+
+
 def on_time(net_s: float, config: RelayConfig) -> bool:
     """Whether a roll-call answer met the common deadline (net_s: the answer's time, RTT allowance taken)."""
     return net_s <= config.roll_call_deadline_factor * config.roll_call_target_s
@@ -83,7 +96,9 @@ def shown(work: float, net_s: float, config: RelayConfig) -> float:
     The bound this buys: every counted answer arrived by deadline D' = deadline_factor x target (D). A machine
     doing C per second finishes at most C x D' of work by then, and each answer counts at most work / D, so
     one machine counts at most deadline_factor x C at a roll call however many identities, addresses or
-    relays it answers through (1.25x by default; the RTT allowance adds at most 1 / (1 - share))."""
+    relays it answers through (1.25x by default; the RTT allowance adds at most 1 / (1 - share)). `work` is
+    what the answer committed (the products finished by the node's stop, not those it was given), so a busy
+    node shows what it did by the deadline."""
     if net_s <= 0:
         return 0.0
     return min(work / net_s * config.trust_cap_factor, work / config.roll_call_target_s)

@@ -53,6 +53,8 @@ def transcript_body(relay_id: str, ch: Challenge, beacon_value: str, passed: boo
     else:
         challenge.update(n=ch.n, reps=ch.reps, roots=[r.hex() for r in ch.roots or []],
                          rows=[list(r) for r in ch.rows], opened=ch.opened_items or [])
+        if ch.kind == "sgemm" and ch.products is not None:
+            challenge["products"] = list(ch.products)  # the work the verdict counted (commit_s is its time)
     return {"v": 1, "relay": relay_id, "node_id": ch.node_id, "roll_call": ch.roll_call, "at": int(at),
             "challenge": challenge}
 
@@ -90,6 +92,12 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
         ch.token_hash = token_hash if isinstance(token_hash, str) else None
         return ch
     ch.n, ch.reps = _int(c, "n", 1, 4096), _int(c, "reps", 1, 1 << 20)
+    if kind == "sgemm":
+        products = c.get("products")
+        if products is not None and (not isinstance(products, list) or len(products) != instances or not all(
+                type(k) is int and 1 <= k <= ch.reps for k in products)):
+            raise TranscriptError("invalid_transcript", f"challenge.products: {instances} integers in [1, reps]")
+        ch.products = list(products) if products is not None else [ch.reps] * instances
     return ch
 
 
