@@ -14,3 +14,18 @@ export function si(scale, unit, binary = false) {
 }
 
 export function count(v) { return [Math.round(v).toLocaleString("en"), ""]; }
+
+// When the node counts: what the latest roll call counted it for, and a countdown to the next one (the
+// moment is drawn from a beacon round that does not exist yet: the earliest eligible moment, the chance each
+// eligible round starts one, and the median).
+export function rollCallLine(trust, nowS) {
+  const next = trust.next_roll_call;
+  const counted = trust.counted && trust.counted.roll_call && trust.counted.cpu_gflops > 0
+    ? `Counted ${si(1e9, "FLOP/s")(trust.counted.cpu_gflops).join(" ")} at roll call ${trust.counted.roll_call}. `
+    : "Not counted yet: a node counts from the first roll call it answers. ";
+  if (!next) return counted;
+  const wait = (t) => Math.max(0, Math.round(t - nowS));
+  return counted + `Next roll call: possible in ${wait(next.earliest_at)} s (each eligible moment, every ` +
+    `${next.eligible_every_s} s, starts one with chance ${Math.round(next.chance_each * 100)}%), ` +
+    `even odds within ${wait(next.median_at)} s; about every ${Math.round(next.every_s)} s on average.`;
+}

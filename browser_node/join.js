@@ -1,6 +1,7 @@
 // The join page: on "Join", measure this device with the capsule (Web Workers running the reactor wasm,
 // WebGPU, OPFS), build and sign its NodeProfile (Pyodide + WebCrypto) and report it to this relay; then
 // keep the node live while the tab is open. Heavy work starts only after the click and stays under ~30 s.
+import { rollCallLine } from "./format.js";
 import { probeGpu } from "./gpu.js";
 import { b64url, hex, nodeKey, unhex } from "./keys.js";
 import { loadCapsulePython } from "./python.js";
@@ -224,11 +225,23 @@ async function join() {
     }, challengeAnswerer(module), result.profile.gpus.length && navigator.gpu ? gpuChallengeAnswerer("/shaders/") : null,
     (line) => { $("peers").textContent = line; });
     probeLandmarks(nodeId, key, py, (line) => { $("landmarks").textContent = line; });
+    countdown(nodeId);
   } catch (err) {
     setStatus(`stopped: ${err.message}`, "error");
   } finally {
     $("join").disabled = false;
   }
+}
+
+// When this visit counts: the relay's view of the node (every 10 s) and a countdown to the next roll call
+// (browser_node/node.js rollCallLine), so a visitor sees the moment instead of "counted 0".
+function countdown(nodeId) {
+  let trust = null;
+  const refresh = () => fetch(`/v1/nodes/${encodeURIComponent(nodeId)}`).then((r) => (r.ok ? r.json() : null))
+    .then((body) => { if (body) trust = body.trust; }).catch(() => {});
+  refresh();
+  setInterval(refresh, 10000);
+  setInterval(() => { if (trust) $("roll-call").textContent = rollCallLine(trust, Date.now() / 1000); }, 1000);
 }
 
 function init() {

@@ -1,7 +1,7 @@
 // One node's page (/nodes/{id}): its trust (what the relay's challenges observed), its figures with unit,
 // method and spread, its standing among the live nodes (percentile), its status, GPUs, measured links and a
 // chart of its history. Everything read from the relay's public API.
-import { si } from "./format.js";
+import { rollCallLine, si } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
@@ -51,6 +51,13 @@ function showTrust(profile, trust) {
       `<td data-label="counted" class="num">${trust.counted.gpu_tflops ? showT(trust.counted.gpu_tflops) : "—"}</td></tr>` : "");
 }
 
+function startCountdown(trust) {
+  const el = $("roll-call");
+  const tick = () => { el.textContent = rollCallLine(trust, Date.now() / 1000); };
+  tick();
+  setInterval(tick, 1000);
+}
+
 // An SVG chart (no library): claimed GFLOP/s per profile as a step line, observed per challenge as dots.
 function drawHistory(events) {
   const svg = $("history"), W = 720, H = 240, L = 48, B = 24;
@@ -86,6 +93,7 @@ async function load() {
   }
   const { profile, status, trust } = await resp.json();
   showTrust(profile, trust);
+  startCountdown(trust);
   $("history-link").href = `/v1/nodes/${encodeURIComponent(nodeId)}/history`;
   fetch(`/v1/nodes/${encodeURIComponent(nodeId)}/history`).then((r) => r.json())
     .then((h) => drawHistory(h.events || [])).catch(() => {});

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.keys import NodeKey
+from host_runner.claim_drift import DriftConfig, drift
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import (
@@ -53,6 +54,8 @@ class AgentConfig:
     # Node-to-node probes the relay brokers (host_runner/peer_probe.py: WebRTC over aiortc): a server's RTT
     # to other nodes, the map's edges; the relay paces them (peer_probe_interval_s).
     peer_probes: bool = True
+    # Measure again at once when the roll calls keep showing another speed than the claim (claim_drift.py).
+    drift: DriftConfig = DriftConfig()
 
 
 def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> float:
@@ -95,6 +98,9 @@ class Agent:
         self.session: LiveSession | None = None
         self.registered = 0  # profiles the relay accepted
         self.probes = 0      # landmark probes completed
+        self.claimed_gflops: float | None = None  # the CPU claim of the profile last published
+        self.results_seen = 0                     # the session's results read when that claim was made
+        self.drift_at = float("-inf")             # monotonic time of the last measurement drift started
 
     def run(self) -> None:
         backoff = self.config.backoff_first_s
@@ -105,7 +111,7 @@ class Agent:
                     wait, backoff = backoff, min(backoff * 2, self.config.backoff_max_s)
                 else:
                     backoff = self.config.backoff_first_s
-                self.stop.wait(wait)
+                self._wait(wait)
         finally:
             if self.session is not None:
                 self.session.stop()
@@ -134,6 +140,8 @@ class Agent:
             return 0.0
         if not self._publish(result.profile):
             return None
+        self.claimed_gflops = result.profile["cpu"].get("gflops_fp32")
+        self.results_seen = len(self.session.results) if self.session is not None else 0
         if self.session is None and self.registered:  # heartbeats need a profile the relay accepted
             reactor = self.opts.capsule.with_name("capsule-reactor.wasm")
             if reactor.exists():
@@ -155,6 +163,21 @@ class Agent:
         state = f"registered ({self.registered} profile(s) accepted), live" if self.registered else "not registered"
         self.say(f"{state}; next measurement in " + (f"{wait / 3600:.1f} h" if wait >= 360 else f"{wait:.0f} s"))
         return wait
+
+    def _wait(self, wait_s: float) -> None:
+        """Until the next scheduled measurement, or sooner when the roll calls keep showing another speed
+        than the claim (host_runner/claim_drift.py)."""
+        until = time.monotonic() + wait_s
+        while not self.stop.is_set() and (left := until - time.monotonic()) > 0:
+            self.stop.wait(min(left, 5.0))
+            session = self.session
+            if session is None or time.monotonic() - self.drift_at < self.config.drift.min_gap_s:
+                continue
+            reason = drift(list(session.results)[self.results_seen:], self.claimed_gflops, self.config.drift)
+            if reason is not None:
+                self.drift_at = time.monotonic()
+                self.say(f"{reason}: measuring again now")
+                return
 
     def _probe_landmarks(self) -> None:
         """Now and every landmark_interval_s: the other relays of the cluster probe this node (one line each)."""

@@ -19,6 +19,7 @@ from typing import Any
 from capsule.plan import instance_seed
 from capsule.probe_report import ProbeReport, Probes, Work
 from capsule.scaling import DEFAULT_SCALING, ScalingConfig, chosen_instances, next_instances, window_rate, work_spans
+from host_runner import stream_size
 from host_runner.wasm import CapsuleError, CommandResult, default_engine, load_module, parse_capsule_report, run_command
 
 # One scaling step: SGEMM only, at least 3 products per instance after the warm-up.
@@ -36,6 +37,7 @@ class WholeCpu:
     run: ConcurrentRun
     curve: list[dict[str, Any]]  # [{"instances": k, "gflops_fp32": aggregate or None}]
     instances: int
+    stream_sizing: dict[str, Any] | None = None  # how the STREAM arrays were sized (host_runner/stream_size.py)
 
 
 def run_concurrent(wasm: Path, args_for: Callable[[int], Sequence[str]], instances: int,
@@ -129,12 +131,14 @@ def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: in
 
 def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,
                       sgemm_n: int = 1024, config: ScalingConfig = DEFAULT_SCALING,
-                      step: Callable[[int, bool], None] | None = None) -> WholeCpu:
+                      step: Callable[[int, bool], None] | None = None,
+                      available_mb: float | None = None) -> WholeCpu:
     """Finds the instance count by measurement, then runs the whole-CPU probes with it (budget_ms in all,
-    shared by the probes)."""
+    shared by the probes), STREAM's arrays sized by its rule against this machine's last-level cache."""
     curve, chosen = find_instances(wasm, seed_hex, reported, sgemm_n, config, step)
     if step:
         step(chosen, True)
-    run = whole_cpu_run(wasm, seed_hex, order, chosen, budget_ms // 2, sgemm_n)
+    stream_mib, sizing = stream_size.array_mib(chosen, stream_size.last_level_cache(), available_mb)
+    run = whole_cpu_run(wasm, seed_hex, order, chosen, budget_ms // 2, sgemm_n, stream_mib)
     return WholeCpu(run, [{"instances": k, "gflops_fp32": None if r is None else round(r, 3)} for k, r in curve],
-                    chosen)
+                    chosen, {**sizing, "array_mib": stream_mib})

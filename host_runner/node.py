@@ -69,7 +69,8 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     whole = measure_whole_cpu(
         opts.capsule, plan.seed_hex, plan.order, reported, opts.phase_budget_ms,
         step=lambda k, final: step(f"whole CPU: {k} instances (sgemm, STREAM triad)", opts.phase_budget_ms / 1000)
-        if final else step(f"whole CPU: how many instances pay? trying {k} (the platform says {reported})", 1.0))
+        if final else step(f"whole CPU: how many instances pay? trying {k} (the platform says {reported})", 1.0),
+        available_mb=info.available_mb)
     conc = whole.run
     timings["concurrent_s"] = time.perf_counter() - t
     step("one core alone (sgemm, llm, disk)", opts.phase_budget_ms / 1000 * 1.4)
@@ -96,6 +97,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
                                                  else "psutil.cpu_count(logical=False)", "trusted": False,
                                                  "note": "cpu.cores is the instance count the measurement chose"}
     figures.evidence["cpu"]["mem_bw_gbps"]["pages"] = facts_mod.huge_pages_note()
+    figures.evidence["cpu"]["mem_bw_gbps"]["array_sizing"] = whole.stream_sizing
     profile = build_profile(
         node_id=node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(opts.capsule),
         cores=whole.instances, threads=info.threads,

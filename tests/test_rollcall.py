@@ -11,7 +11,18 @@ import pytest
 from capsule import plausibility
 from web.challenges import implausible, net_time_s, new_challenge, new_llm_challenge
 from web.config import RelayConfig
-from web.rollcall import Proof, counted, draw, due, gap_rounds, on_time, shown, stop_after_s, work_s
+from web.rollcall import (
+    Proof,
+    counted,
+    draw,
+    due,
+    gap_rounds,
+    next_roll_call,
+    on_time,
+    shown,
+    stop_after_s,
+    work_s,
+)
 from web.stats import MILLI, Contribution
 
 CONFIG = RelayConfig()
@@ -253,3 +264,43 @@ def test_a_roll_call_as_the_relay_lists_it() -> None:
     assert empty["send_spread_ms"] is None and empty["llm"] == {
         "at": None, "challenged": 0, "answered": 0, "failed": 0, "failure_codes": [], "send_spread_ms": None}
     assert empty["gpu"]["at"] is None and empty["gpu"]["send_spread_ms"] is None and empty["proven"] == {}
+
+
+def test_the_countdown_names_the_next_eligible_moment_and_the_default_pace() -> None:
+    """The pages' countdown (next_roll_call): at the defaults a roll call may come every 100 s (10 rounds of
+    10 s) with chance 0.5, 200 s apart on average, so a visitor is counted at the median by the first
+    eligible moment after joining; the earliest moment is the next round number divisible by 10, 1 s after
+    its issue."""
+    config = RelayConfig()
+    assert (config.roll_call_interval_s, config.roll_call_min_gap_s, config.beacon_interval_s) == (200.0, 100.0, 10.0)
+    nxt = next_roll_call({"round": 1234, "value": "00", "issued_at": 5000.0}, 5000.0, config)
+    assert nxt["earliest_at"] == 5000.0 + 6 * 10 + 1 and nxt["chance_each"] == 0.5
+    assert nxt["median_at"] == nxt["earliest_at"] and nxt["eligible_every_s"] == 100 and nxt["every_s"] == 200
+    # at 600 s the chance is 1/6 and the median is the 4th eligible moment (1 - (5/6)^4 = 0.52)
+    slow = next_roll_call({"round": 1240, "value": "ff" * 32, "issued_at": 0.0}, 0.0,
+                          RelayConfig(roll_call_interval_s=600.0))
+    assert slow["chance_each"] == pytest.approx(1 / 6, abs=1e-6) and slow["median_at"] - slow["earliest_at"] == 300
+    # an eligible round that drew a roll call not yet begun is the next one; once begun, the one after
+    value = next(v for v in (hashlib.sha256(str(i).encode()).hexdigest() for i in range(100)) if draw(v) < 0.5)
+    drawn = {"round": 1240, "value": value, "issued_at": 100.0}
+    assert next_roll_call(drawn, 100.5, config)["earliest_at"] == 101.0
+    assert next_roll_call(drawn, 101.5, config)["earliest_at"] == 100.0 + 100 + 1
+
+
+def test_a_node_measures_again_when_its_roll_calls_keep_showing_another_speed() -> None:
+    """host_runner/claim_drift.py: three roll-call SGEMM answers in a row below 0.8 of the claim, or above
+    1.25x, start a measurement now; solo answers, other kinds, failures and mixed answers do not."""
+    from host_runner.claim_drift import drift
+
+    def rc(observed: float | None, kind: str = "sgemm", roll_call: str | None = "r") -> dict[str, object]:
+        return {"roll_call": roll_call, "kind": kind, "observed_gflops": observed}
+
+    claim = 60.0
+    assert drift([rc(47.9)] * 3, claim) is not None and "below 0.8" in str(drift([rc(47.9)] * 3, claim))
+    assert drift([rc(48.1), rc(47.9), rc(47.9)], claim) is None    # one at 0.8 or above: no drift
+    assert drift([rc(47.9)] * 2, claim) is None                    # two are not three
+    assert drift([rc(75.1)] * 3, claim) is not None and drift([rc(74.9)] * 3, claim) is None
+    assert drift([rc(10.0, roll_call=None)] * 3, claim) is None    # solo challenges do not count
+    assert drift([rc(0.001, kind="gpu")] * 3, claim) is None and drift([rc(None)] * 3, claim) is None
+    assert drift([rc(10.0)] * 3 + [rc(60.0)], claim) is None       # the latest three are read
+    assert drift([rc(10.0)] * 3, None) is None

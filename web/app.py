@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from capsule.peerid import PeerIdError, public_key_from_peer_id
+from web.checks import odds as check_odds
 from web.config import RelayConfig
 from web.live_endpoint import live
 from web.openapi import document
@@ -160,6 +161,13 @@ async def stats_history(request: Request) -> Response:
     return JSONResponse({"interval_s": relay.config.stats_history_interval_s,
                          "note": "kept in the relay's store: the series survives restarts",
                          "points": list(relay.stats_history)})
+
+
+async def checks(request: Request) -> Response:
+    """What each check catches, the odds that a node skipping part of its work passes one answer, the relay's
+    cost, and the honest false-reject rate this relay saw (web/checks.py)."""
+    relay = relay_of(request)
+    return JSONResponse(check_odds(relay.config, relay.challenges.roll.after_deadline_rate()))
 
 
 async def roll_calls(request: Request) -> Response:
@@ -302,6 +310,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
         Route("/stats/history", stats_history), Route("/v1/roll-calls", roll_calls),
+        Route("/v1/checks", checks),
         Route("/v1/relays", relays),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),

@@ -35,7 +35,7 @@ from web.challenges import (
 )
 from web.live import LiveError
 from web.roll_caller import STORE_KEY, RollCaller
-from web.rollcall import Proof, counted
+from web.rollcall import Proof, counted, next_roll_call
 from web.stats import MICRO, Contribution
 from web.store import Store
 from web.transcripts import PeerAudit, TranscriptError, check_transcript, structure, transcript_body
@@ -120,6 +120,8 @@ class ChallengeDesk:
                            "method": "what the latest roll call proved (every live session challenged at one "
                                      "moment), capped at the claim; nothing while not answering; gpu_tflops is "
                                      "fp32 (the GPU challenge's WGSL matmul)"}
+        beacon = self.relay.beacons.latest
+        body["next_roll_call"] = None if beacon is None else next_roll_call(beacon, now, self.config)
         body["proven"] = None if proof is None else {
             "roll_call": proof.roll_call, "gflops_fp32": round(proof.gflops, 3), "instances": proof.instances,
             "tokens_per_sec": round(proof.tps, 3), "gpu_tflops_fp32": round(proof.gpu_tflops, 6),

@@ -173,7 +173,12 @@ class RelayConfig:
     # roll_call_stop_share x the deadline after it arrived (its own clock; the rest is for the product in
     # progress, the commitment and the network); the node commits the products it finished and the relay
     # counts their work (web/rollcall.py shown): a busy node counts what it still does instead of nothing.
-    roll_call_interval_s: float = 600.0
+    # 200 s: a phone on the join page is counted during a visit of a few minutes (each eligible moment, every
+    # roll_call_min_gap_s = 100 s, starts one with chance 0.5: the first count ~50-100 s after joining at the
+    # median, within 5 min 7 times in 8), for about 1% of its CPU time and ~0.5 MB/h (docs/protocol.md,
+    # "Roll-call pace"); at 600 s the median wait was ~6 min and a 3-minute visit counted ~1 time in 4. A
+    # chance below 1 keeps the moments unknown in advance (1.0 would be every 100 s, predictable).
+    roll_call_interval_s: float = 200.0
     roll_call_delay_s: float = 1.0
     roll_call_target_s: float = 1.0
     roll_call_deadline_factor: float = 1.25

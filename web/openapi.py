@@ -98,6 +98,11 @@ def document() -> dict[str, Any]:
                 "responses": {"200": json_ok("a page", {"type": "object", "properties": {
                     "roll_calls": {"type": "array"}, "next_before": NUM_OR_NULL}}),
                     "400": problem("bad parameter")}}},
+            "/v1/checks": {"get": {
+                "summary": "Each check's catch, the chance a node skipping 1%, 10% or 50% of its work passes one "
+                           "answer, the relay's cost share, and the honest false-reject rate seen here",
+                "responses": {"200": json_ok("the odds", {"type": "object", "properties": {
+                    "checks": {"type": "object"}, "honest_false_reject": {"type": "object"}}})}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

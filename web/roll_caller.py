@@ -277,6 +277,16 @@ class RollCaller:
         desk.refresh(node_id, time.time())
         return "counted" if passed and code == "passed" else code
 
+    def after_deadline_rate(self) -> dict[str, Any] | None:
+        """The honest false-reject rate this relay saw (GET /v1/checks): SGEMM answers of this run's roll
+        calls whose rows were right but that arrived after the deadline, over all answers whose rows were
+        right (None before any)."""
+        late = sum(1 for c in self.calls for code in c.failed.values() if code == "after_deadline")
+        right = late + sum(len(c.answered) for c in self.calls)
+        if right == 0:
+            return None
+        return {"rate": late / right, "after_deadline": late, "right_answers": right, "roll_calls": len(self.calls)}
+
     def _freeze(self, call: RollCall) -> None:
         """The totals a roll call proved, kept when the next one begins (and stored)."""
         call.proven = self.totals(call)

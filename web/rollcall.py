@@ -58,6 +58,25 @@ def due(beacon: dict[str, Any], config: RelayConfig) -> float | None:
     return float(beacon["issued_at"]) + config.roll_call_delay_s
 
 
+def next_roll_call(beacon: dict[str, Any], now: float, config: RelayConfig) -> dict[str, Any]:
+    """When the next roll call may come, as the pages show it (a countdown): the earliest moment (the next
+    eligible round's issue + roll_call_delay_s, assuming rounds keep their interval), the chance each eligible
+    round starts one, and the median moment. Nobody knows more before the round exists (draw())."""
+    gap = gap_rounds(config)
+    chance = min(1.0, gap * config.beacon_interval_s / config.roll_call_interval_s)
+    r, issued = int(beacon["round"]), float(beacon["issued_at"])
+    nxt = r + (gap - r % gap) % gap
+    if nxt == r and (due(beacon, config) is None or issued + config.roll_call_delay_s < now):
+        nxt += gap  # this round drew none, or its roll call has begun
+    earliest = issued + (nxt - r) * config.beacon_interval_s + config.roll_call_delay_s
+    rounds_to_median = 1 if chance >= 1.0 else max(1, math.ceil(math.log(0.5) / math.log(1.0 - chance)))
+    return {"earliest_at": round(earliest, 3), "chance_each": round(chance, 6),
+            "median_at": round(earliest + (rounds_to_median - 1) * gap * config.beacon_interval_s, 3),
+            "every_s": config.roll_call_interval_s, "eligible_every_s": gap * config.beacon_interval_s,
+            "method": "eligible beacon rounds each draw a roll call with this chance from their own value; "
+                      "the moment is unknown until its round exists"}
+
+
 @dataclass
 class Proof:
     """What one node proved at a roll call: each figure already min(observed x trust_cap_factor, the work
