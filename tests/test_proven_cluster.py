@@ -88,12 +88,15 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         artifacts: Any) -> None:
     """One identity alone (on relay A), then four identities of this machine from four source addresses
     (127.0.0.2-5), three on relay A and one on relay B (each verified alone), over roll calls that challenged
-    all four: no roll call proves more than 1.3x the lone identity's best, every roll call asked the three on
+    all four: no roll call proves more than 1.3x what the lone identity showed the machine does (its observed
+    GFLOP/s at its roll calls: its counted figure is capped at its claim, 0.6 of the machine), and the four
+    together count at least half of that (each counts the work it finished by the deadline: they once counted
+    0.0 together, the machine's work not counted at all); every roll call asked the three on
     relay A at the same moment (the same issued_at), and both relays show the same statuses and totals (the
     lower-id relay leads; both name the same roll calls). Once, identities on several addresses were each
     challenged at their own moment and counted in full: 4.2x the machine on one relay. (Sharing, each is ~4x
-    slower than its claim and misses the common deadline; what a machine can count at all is bounded in
-    tests/test_rollcall.py.)"""
+    slower than its claim and commits what it finished by the common deadline; what a machine can count at
+    all is bounded in tests/test_rollcall.py.)"""
     _, relays, relay_keys = cluster
     a, b = relays
     listed = a.get("/v1/relays")[1]
@@ -117,7 +120,10 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         together = shared_roll_calls(a, keys, 2, 300)
         print(f"cluster: alone {alone} vs four identities on four addresses and two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
-        assert max(together) <= 1.3 * max(alone), (alone, together)
+        machine = max(e["observed_gflops"] for e in challenges(a, keys[0]) if e.get("roll_call")
+                      and e["kind"] == "sgemm" and e["passed"] and e.get("observed_gflops"))
+        assert max(together) <= 1.3 * machine, (alone, machine, together)
+        assert max(together) >= 0.5 * machine, (alone, machine, together)
         # one relay asks its identities at one moment: the same issued_at for each roll call's SGEMM challenge
         issued = [roll_call_issued_at(a, k.node_id) for i, k in enumerate(keys) if i != 2]
         common = set.intersection(*(set(i) for i in issued))

@@ -1,0 +1,157 @@
+"""What an honest node counts at roll calls, quiet and busy, beside what it can do (issue 29).
+
+    .venv/bin/python bench/honest_count.py [--roll-calls 50] [--busy-roll-calls 50]
+
+Method. One relay (a roll call every 6 s: beacon rounds every 1 s, target 1 s, deadline 1.25 s). One honest
+node: `ce-bench run`'s own measurement (host_runner/node.py measure, --budget-ms 500) registered as it came
+out, claim = its measured GFLOP/s, and a LiveSession answering with the capsule's reactor, as `ce-bench node`
+does. Quiet: the counted figure (GET /v1/nodes/{id}: trust.counted after each roll call) over the claim, for
+each roll call; the honest false-reject rate is the share of roll calls at which it counted below 0.9 of its
+claim (after_deadline answers included). Busy: a busy loop per core (nice 0) starts after the node measured;
+the reference is what the node's own instances do under the same load, measured between roll calls by
+the whole-CPU SGEMM run (host_runner/cpu.py run_concurrent, the claim's instance count): counted over that
+reference, per roll call. Prints medians with the 5th percentile and the share of roll calls at >= 0.9 (quiet)
+and >= 0.8 (busy); the CPU model with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from capsule.scaling import window_rate, work_spans  # noqa: E402
+from common.keys import NodeKey  # noqa: E402
+from host_runner.cpu import _probe_args, run_concurrent  # noqa: E402
+from host_runner.live_client import LiveSession  # noqa: E402
+from tests.relay_process import RelayProcess  # noqa: E402
+
+RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "6",
+         "--roll-call-min-gap-s", "6", "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def node_view(relay: RelayProcess, node_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}", timeout=30) as r:
+        return dict(json.loads(r.read()))
+
+
+def roll_call_ids(relay: RelayProcess) -> list[str]:
+    with urllib.request.urlopen(relay.url + "/v1/roll-calls?limit=1000", timeout=30) as r:
+        return [c["id"] for c in json.loads(r.read())["roll_calls"]]
+
+
+def counted_per_roll_call(relay: RelayProcess, node_id: str, count: int,
+                          between: Any = None) -> list[tuple[float, float | None]]:
+    """(counted GFLOP/s, the reference measured just before) for the next `count` roll calls."""
+    seen = set(roll_call_ids(relay))
+    out: list[tuple[float, float | None]] = []
+    reference: float | None = None
+    deadline = time.monotonic() + count * 20 + 60
+    while len(out) < count and time.monotonic() < deadline:
+        if between is not None and reference is None:
+            reference = between()
+        time.sleep(0.5)
+        fresh = [c for c in roll_call_ids(relay) if c not in seen]
+        if not fresh:
+            continue
+        seen.update(fresh)
+        time.sleep(2.5)  # the answer is in (deadline 1.25 s, opening and check)
+        trust = node_view(relay, node_id)["trust"]
+        counted = trust["counted"]
+        # counted at this roll call, or nothing (a late or failed answer drops the node's proof)
+        out.append((float(counted["cpu_gflops"]) if counted.get("roll_call") == fresh[0] else 0.0, reference))
+        reference = None
+    return out
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--roll-calls", type=int, default=50)
+    parser.add_argument("--busy-roll-calls", type=int, default=50)
+    args = parser.parse_args()
+    capsule = ROOT / "build" / "capsule.wasm"
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d')}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
+        try:
+            from host_runner.node import RunOptions, measure
+            from host_runner.relay_client import fetch_beacon, post_profile
+
+            key = NodeKey.generate()
+            opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=False, jitter=False, scratch=Path(tmp))
+            profile = measure(key, fetch_beacon(relay.url), opts).profile
+            post_profile(relay.url, profile)
+            claim, instances = float(profile["cpu"]["gflops_fp32"]), int(profile["cpu"]["cores"])
+            session = LiveSession(relay.url, key, reactor_wasm=capsule.with_name("capsule-reactor.wasm")).start()
+            try:
+                time.sleep(10)  # hello, first solo challenges
+                quiet = [c / claim for c, _ in counted_per_roll_call(relay, key.node_id, args.roll_calls)]
+                print(f"quiet: claim {claim:.1f} GFLOP/s on {instances} instance(s); counted / claim over "
+                      f"{len(quiet)} roll calls: median {statistics.median(quiet):.3f}, 5th percentile "
+                      f"{pct(quiet, 0.05):.3f}, min {min(quiet):.3f}; at >= 0.9: "
+                      f"{sum(q >= 0.9 for q in quiet)}/{len(quiet)} (false-reject rate "
+                      f"{sum(q < 0.9 for q in quiet) / len(quiet):.3f})", flush=True)
+                if args.busy_roll_calls:
+                    spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(os.cpu_count() or 1)]
+                    for s in spinners:
+                        s.start()
+
+                    def reference() -> float:
+                        run = run_concurrent(capsule, _probe_args("ab" * 16, "sgemm", 400, 1024), instances)
+                        rate = window_rate([work_spans(r, "sgemm") for r in run.reports]).rate
+                        return (rate or 0.0) / 1e9
+
+                    try:
+                        busy = counted_per_roll_call(relay, key.node_id, args.busy_roll_calls, reference)
+                    finally:
+                        for s in spinners:
+                            s.terminate()
+                    ratios = [c / r for c, r in busy if r]
+                    print(f"busy (a busy loop per core): counted / what its instances did under the same load "
+                          f"(measured before each roll call) over {len(ratios)} roll calls: median "
+                          f"{statistics.median(ratios):.3f}, 5th percentile {pct(ratios, 0.05):.3f}, min "
+                          f"{min(ratios):.3f}; at >= 0.8: {sum(q >= 0.8 for q in ratios)}/{len(ratios)}; counted 0 at "
+                          f"{sum(c == 0 for c, _ in busy)}; reference median "
+                          f"{statistics.median(r for _, r in busy if r):.1f} GFLOP/s", flush=True)
+                flagged = node_view(relay, key.node_id)["trust"]["status"] == "flagged"
+                print(f"trust at the end: {node_view(relay, key.node_id)['trust']['status']} (flagged: {flagged})")
+            finally:
+                session.stop()
+        finally:
+            relay.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    threading.excepthook = lambda args: None  # a LiveSession thread ending with the relay is not news
+    sys.exit(main())
