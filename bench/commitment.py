@@ -58,6 +58,13 @@ PAGE_JS = """async ([n, pairs]) => {
 }"""
 
 
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def summary(shares: list[float]) -> str:
     q = statistics.quantiles(shares, n=4)
     median = statistics.median(shares) * 100
@@ -94,6 +101,13 @@ def check_first_product(r: Reactor, n: int) -> None:
         sys.exit("bench: the capsule's commitment differs from capsule/cpu_challenge.py")
 
 
+class WasmHandler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".wasm": "application/wasm"}
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+
 def chromium_pairs(n: int, pairs: int) -> list[tuple[float, float]]:
     from playwright.sync_api import sync_playwright
 
@@ -101,8 +115,7 @@ def chromium_pairs(n: int, pairs: int) -> list[tuple[float, float]]:
         site = Path(tmp)
         (site / "capsule-reactor.wasm").write_bytes(REACTOR.read_bytes())
         (site / "index.html").write_text("<!doctype html><title>commitment</title>")
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-        handler.extensions_map[".wasm"] = "application/wasm"  # type: ignore[attr-defined]
+        handler = functools.partial(WasmHandler, directory=str(site))
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
@@ -125,7 +138,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--no-browser", action="store_true")
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}; n = {args.n}; {args.pairs} pairs per engine")
+    print(f"{cpu_model()}; {time.strftime('%Y-%m-%d')}; n = {args.n}; {args.pairs} pairs per engine")
     engines = [("wasmtime-py", wasmtime_pairs)] + ([] if args.no_browser else [("Chromium", chromium_pairs)])
     for name, run in engines:
         pairs = run(args.n, args.pairs)

@@ -127,7 +127,8 @@ def test_gpu_claim_3x_counts_only_what_was_shown(relay: RelayProcess, measured: 
                                                  ctx: GpuContext) -> None:
     """A profile claiming 3x the GPU's real fp32 speed: its challenge is sized for the claim, takes ~3x the
     target and misses the common deadline, so nothing of the claim counts (at most what was shown); once the
-    relay observed it twice, the node is flagged."""
+    relay observed it twice, the claim is not believed: unverified, with the GPU named (not flagged: a
+    machine under load also shows less than it claims, and it still counts what it shows)."""
     claim = 3 * measured["gpus"][0]["fp32_tflops"]
     key = registered(relay, measured, gpu_factor=3.0)
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, gpu=ctx).start()
@@ -140,14 +141,14 @@ def test_gpu_claim_3x_counts_only_what_was_shown(relay: RelayProcess, measured: 
         assert body["counted"]["gpu_tflops"] <= shown + 1e-6 and body["counted"]["gpu_tflops"] < claim / 2, body
         assert stats(relay)["gpu_tflops"] < claim / 2
 
-        def flagged() -> dict[str, Any] | None:
+        def disbelieved() -> dict[str, Any] | None:
             body = node(relay, key)["trust"]
-            return body if body["status"] == "flagged" else None
+            return body if body["status"] == "unverified" and "GPU" in body["reason"] else None
 
-        body = until("flagged once two GPU answers were observed", 90, flagged)
-        assert "GPU" in body["reason"], body["reason"]
+        body = until("the GPU claim unverified once two GPU answers were observed", 90, disbelieved)
         assert len([e for e in gpu_answers(relay, key) if e["passed"]]) >= 2
-        assert body["counted"]["gpu_tflops"] == 0 and body["counted"]["cpu_gflops"] == 0
+        shown = max([e["observed_tflops"] or 0.0 for e in gpu_answers(relay, key)]) * CAP
+        assert body["counted"]["gpu_tflops"] <= shown + 1e-6 and body["counted"]["gpu_tflops"] < claim / 2, body
     finally:
         session.stop()
 

@@ -89,7 +89,8 @@ def test_soft_failures_flag_only_once_their_weight_reaches_the_threshold() -> No
     assert t.judge(50.0, 100.0 + n + H, C)[0] != "flagged"  # halved below the threshold a half-life later
 
 
-def test_claims_are_flagged_beyond_the_factor_of_the_best_observed_only_after_enough_passes() -> None:
+def test_claims_beyond_the_factor_of_the_best_observed_are_unverified_only_after_enough_passes() -> None:
+    """Not believed, not flagged: a machine under load shows less than it measured idle (issue 29)."""
     f = C.trust_flag_factor
     t = Trust(decayed_at=0.0)
     t.record(True, "passed", 50.0, 1.0, C, observed_tps=100.0, observed_gpu_tflops=1.0)
@@ -97,13 +98,13 @@ def test_claims_are_flagged_beyond_the_factor_of_the_best_observed_only_after_en
     t.record(True, "passed", 40.0, 2.0, C, observed_tps=90.0, observed_gpu_tflops=0.5)
     assert t.judge(50.0 * f, 2.0, C, 100.0 * f, 1.0 * f)[0] == "verified"  # exactly the factor is allowed
     status, reason = t.judge(50.0 * f + 0.1, 2.0, C)
-    assert status == "flagged"
+    assert status == "unverified"
     assert reason == f"claims {50.0 * f + 0.1:.1f} GFLOP/s; the best the relay observed is 50.0 (more than {f:g}x " \
                      "apart)"
     status, reason = t.judge(50.0, 2.0, C, claimed_tps=100.0 * f + 0.1)
-    assert status == "flagged" and "tokens/s" in reason and "100.0" in reason
+    assert status == "unverified" and "tokens/s" in reason and "100.0" in reason
     status, reason = t.judge(50.0, 2.0, C, claimed_gpu_tflops=1.0 * f + 0.01)
-    assert status == "flagged" and "GPU TFLOP/s" in reason and "best the relay observed is 1 " in reason
+    assert status == "unverified" and "GPU TFLOP/s" in reason and "best the relay observed is 1 " in reason
     assert t.judge(None, 2.0, C, None, None) == ("unverified", "the profile claims no GFLOP/s figure to verify")
 
 
@@ -124,7 +125,7 @@ def test_the_gflops_claim_is_judged_on_as_many_cpu_challenges_as_passes() -> Non
     assert t.judge(51.9, 2.0, C) == ("unverified", "1 of 2 CPU (SGEMM) challenges passed so far")
     t.record(True, "passed", 25.0, 3.0, C)  # a second CPU answer as slow: the claim is more than 2x apart
     status, reason = t.judge(51.9, 3.0, C)
-    assert status == "flagged" and reason.startswith("claims 51.9 GFLOP/s; the best the relay observed is 25.0")
+    assert status == "unverified" and reason.startswith("claims 51.9 GFLOP/s; the best the relay observed is 25.0")
     ok = Trust(decayed_at=0.0)
     for now, gflops in ((1.0, 24.5), (2.0, None), (3.0, 49.0)):
         ok.record(True, "passed", gflops, now, C)
@@ -205,8 +206,8 @@ def test_to_json_judges_every_claim_it_is_given() -> None:
     t = verified(observed=50.0)
     t.record(True, "passed", 50.0, 100.0, C, observed_tps=10.0, observed_gpu_tflops=0.1)
     t.record(True, "passed", 50.0, 100.0, C, observed_tps=10.0, observed_gpu_tflops=0.1)
-    assert t.to_json(50.0, 100.0, C, claimed_tps=1000.0)["status"] == "flagged"
-    assert t.to_json(50.0, 100.0, C, claimed_gpu_tflops=10.0)["status"] == "flagged"
+    assert t.to_json(50.0, 100.0, C, claimed_tps=1000.0)["status"] == "unverified"
+    assert t.to_json(50.0, 100.0, C, claimed_gpu_tflops=10.0)["status"] == "unverified"
     assert t.to_json(50.0, 100.0, C)["reason"].startswith("the claim is within")
 
 

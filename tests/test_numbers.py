@@ -90,7 +90,7 @@ def test_verified_needs_2_passes_one_within_30_min_and_a_claim_within_2x() -> No
     assert t.judge(40.0, 10.0 + 1800.0, CONFIG)[0] == "verified"       # 30 min after the last pass
     assert t.judge(40.0, 10.0 + 1800.5, CONFIG)[0] == "unverified"     # just beyond
     assert t.judge(80.0, 20.0, CONFIG)[0] == "verified"                # 2x the best observed
-    assert t.judge(80.5, 20.0, CONFIG)[0] == "flagged"                 # beyond 2x
+    assert t.judge(80.5, 20.0, CONFIG)[0] == "unverified"              # beyond 2x: not believed, not flagged
 
 
 def test_a_wrong_answer_flags_for_24_h_and_failures_halve_every_6_h() -> None:
