@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/honest_count.py [--roll-calls 50] [--busy-roll-calls 50]
 
-Method. One relay (a roll call every 6 s: beacon rounds every 1 s, target 1 s, deadline 1.25 s). One honest
+Method. One relay (a roll call every 10 s: beacon rounds every 1 s, target 1 s, deadline 1.25 s). One honest
 node: `ce-bench run`'s own measurement (host_runner/node.py measure, --budget-ms 500) registered as it came
 out, claim = its measured GFLOP/s, and a LiveSession answering with the capsule's reactor, as `ce-bench node`
 does. Quiet: the counted figure (GET /v1/nodes/{id}: trust.counted after each roll call) over the claim, for
@@ -39,8 +39,11 @@ from host_runner.cpu import _probe_args, run_concurrent  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 
-RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "6",
-         "--roll-call-min-gap-s", "6", "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
+# A roll call every 10 s, the reference-model phase 4 s after the SGEMM one: under load the reference model's
+# answer takes ~3 s, and at 6 s apart it was still in flight at 3 of 20 roll calls ("busy": not asked). The
+# defaults are 200 s and 32 s.
+RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "10",
+         "--roll-call-min-gap-s", "10", "--roll-call-llm-offset-s", "4", "--roll-call-target-s", "1"]
 
 
 def cpu_model() -> str:
@@ -143,6 +146,19 @@ def main() -> int:
                           f"{min(ratios):.3f}; at >= 0.8: {sum(q >= 0.8 for q in ratios)}/{len(ratios)}; counted 0 at "
                           f"{sum(c == 0 for c, _ in busy)}; reference median "
                           f"{statistics.median(r for _, r in busy if r):.1f} GFLOP/s", flush=True)
+                with urllib.request.urlopen(f"{relay.url}/v1/nodes/{key.node_id}/history?limit=500", timeout=30) as r:
+                    events = json.loads(r.read())["events"]
+                codes: dict[str, int] = {}
+                for e in events:
+                    if e.get("event") == "challenge":
+                        what = f"{'roll call' if e.get('roll_call') else 'solo'} {e.get('kind')}: {e.get('code')}"
+                        codes[what] = codes.get(what, 0) + 1
+                with urllib.request.urlopen(relay.url + "/v1/roll-calls?limit=1000", timeout=30) as r:
+                    failures: dict[str, int] = {}
+                    for c in json.loads(r.read())["roll_calls"]:
+                        for code in c["failure_codes"]:
+                            failures[code] = failures.get(code, 0) + 1
+                print(f"the node's challenges by outcome: {codes}; roll calls naming each failure code: {failures}")
                 flagged = node_view(relay, key.node_id)["trust"]["status"] == "flagged"
                 print(f"trust at the end: {node_view(relay, key.node_id)['trust']['status']} (flagged: {flagged})")
             finally:
