@@ -114,3 +114,11 @@ def test_solo_challenges_are_sized_for_half_a_second_and_roll_calls_beyond_the_d
     roll = new_challenge("n", 42.9497, 1, 1024, BEACON, "00" * 16, 0.0, 0.0, CONFIG, work_s(CONFIG),
                          stop_after_s(CONFIG))
     assert roll.reps == 31 and roll.message(CONFIG)["stop_after_s"] == 1.125  # 31.25 fit in 1.5625 s
+
+
+def test_a_node_counted_at_its_full_claim_never_shows_above_it() -> None:
+    """The scoreboard sums milli-units: a claim of 29.8936 GFLOP/s counted in full is 29.893, not 29.894 (a
+    busy honest node counted at its claim once showed 29.894 > 29.8936)."""
+    c = counted(Proof("r", gflops=40.0, instances=1, tps=12.3456, gpu_tflops=1.0000005, gpus=1), 29.8936, 1, 12.3456,
+                CONFIG, 1.0000005, 1)
+    assert (c.cpu_mgflops, c.mtokens_per_sec, c.gpu_utflops) == (29893, 12345, 1000000)

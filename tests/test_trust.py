@@ -77,20 +77,24 @@ def stats(relay: RelayProcess) -> dict[str, Any]:
 
 
 @ALONE
-def test_overstating_node_is_flagged_and_counts_nothing(relay: RelayProcess, measured: dict[str, Any],
-                                                        artifacts: Any) -> None:
+def test_overstating_node_is_not_believed_and_counts_only_what_it_shows(relay: RelayProcess, measured: dict[str, Any],
+                                                                        artifacts: Any) -> None:
+    """A node claiming 3x its speed: unverified once its answers showed the claim is more than 2x off (not
+    flagged: a busy honest machine shows the same), and the verified scoreboard counts at most what it showed
+    (its best observed x the 1.15 cap), never its claim."""
     key = registered(relay, measured, gflops_factor=3.0)
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor).start()
     try:
-        body = wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", VERIFY_WITHIN_S,
-                        "a node claiming 3x its speed is flagged")
+        body = wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "unverified"
+                        and "observed" in b["trust"]["reason"], VERIFY_WITHIN_S,
+                        "a node claiming 3x its speed is not believed")
         trust = body["trust"]
-        assert trust["challenges"]["passed"] >= 2 and "observed" in trust["reason"]  # its answers were right
+        assert trust["challenges"]["passed"] >= 2 and trust["challenges"]["failed"] == 0  # its answers were right
         claimed = body["profile"]["cpu"]["gflops_fp32"]
         assert trust["observed"]["gflops_fp32"] * 2 < claimed
         s = stats(relay)
         assert s["claimed"]["cpu_gflops"] >= claimed - 0.001  # (milli-unit sums) the claim is visible as a claim ...
-        assert s["cpu_gflops"] == 0 and s["verified_nodes"] == 0  # ... and counts for nothing verified
+        assert s["cpu_gflops"] < claimed / 2  # ... and counts at most what was shown (~1.15/3 of the claim)
         events = relay.get(f"/v1/nodes/{key.node_id}/history")[1]["events"]
         assert [e["event"] for e in events][0] == "profile"
         assert all(e["passed"] for e in events if e["event"] == "challenge")
@@ -265,11 +269,14 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
             started = time.monotonic()
             agent = Agent(relay, tmp_path / "node")
             try:
+                counted_seen: list[float] = []
+
                 def no_flag(body: dict[str, Any]) -> None:
                     assert body["trust"]["status"] != "flagged", body["trust"]
                     counted, claimed = body["trust"]["counted"], body["profile"]
                     # counted (at roll calls) never above the claim
                     assert counted["cpu_gflops"] <= claimed["cpu"]["gflops_fp32"], body["trust"]
+                    counted_seen.append(counted["cpu_gflops"])
 
                 wait_for(relay, agent.node_id, lambda b: b["trust"]["status"] == "verified",
                          VERIFY_WITHIN_S - (time.monotonic() - started), "an honest node is verified", no_flag)
@@ -287,11 +294,9 @@ def test_honest_node_is_verified_and_stays_so_on_busy_cores(tmp_path: Path) -> N
                 assert body["trust"]["status"] == "verified" and not failed, (body["trust"], failed)
                 # reference-model challenges were among them: tokens/s observed too
                 assert body["trust"]["observed"]["tokens_per_sec"] > 0, body["trust"]
-                # Not asserted here: being counted at a roll call. On cores kept busy by other processes the
-                # node claims one instance (capsule/scaling.py: time slices taken from the busy processes are
-                # not cores) and answers at 0.7-0.83 of that claim (BENCHMARKS.md, 2026-12-04), so its answers
-                # often miss the 1.25x deadline; counting an honest node alone is tested in
-                # tests/test_proven.py (CPU and tokens/s) and tests/test_browser.py.
+                # counted at roll calls on busy cores: it commits the work it finished by the deadline (before
+                # issue 29 its answers at 0.7-0.83 of the claim often missed the 1.25x deadline: counted 0)
+                assert max(counted_seen) > 0, counted_seen
             finally:
                 agent.stop()
             before = relay.get(f"/v1/nodes/{agent.node_id}")[1]["trust"]

@@ -135,8 +135,10 @@ def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, clai
         return Contribution()
     gpu_tflops = min(claimed_gpu_tflops or 0.0, proof.gpu_tflops)
     gpus = min(proof.gpus, max(claimed_gpus, 0)) if gpu_tflops > 0 else 0
-    return Contribution(cores=max(cores, 0), cpu_mgflops=round(gflops * MILLI), mtokens_per_sec=round(tps * MILLI),
-                        gpus=gpus, gpu_utflops=round(gpu_tflops * MICRO) if gpus else 0)
+    # rounded down to the sums' milli- and micro-units: a node counted at its full claim never shows above it
+    return Contribution(cores=max(cores, 0), cpu_mgflops=math.floor(gflops * MILLI),
+                        mtokens_per_sec=math.floor(tps * MILLI), gpus=gpus,
+                        gpu_utflops=math.floor(gpu_tflops * MICRO) if gpus else 0)
 
 
 @dataclass
