@@ -291,3 +291,14 @@ def test_live_sessions_are_not_compressed(tmp_path: Path) -> None:
         assert ws.response is not None and "Sec-WebSocket-Extensions" not in ws.response.headers
         assert json.loads(ws.recv(timeout=5))["type"] == "welcome"
 
+
+
+def test_the_odds_are_served_from_the_relays_config(relay: RelayProcess) -> None:
+    """GET /v1/checks: the published odds of this relay's own config (web/checks.py), documented in the
+    OpenAPI document; no roll call has judged an answer yet, so the false-reject rate is null with the reason."""
+    status, body, _ = relay.get("/v1/checks")
+    assert status == 200, body
+    assert body["checks"]["sgemm"]["pass_chance_one_instance"]["0.1"] == pytest.approx(0.81)
+    assert set(body["checks"]) == {"sgemm", "gpu", "llm", "links"}
+    assert body["honest_false_reject"]["rate"] is None and body["honest_false_reject"]["why_null"]
+    assert "/v1/checks" in relay.get("/openapi.json")[1]["paths"]
