@@ -114,3 +114,38 @@ def test_the_published_odds_are_the_documented_numbers() -> None:
     assert table["honest_false_reject"]["rate"] is None
     live = odds(RelayConfig(), {"rate": 0.01, "after_deadline": 1, "right_answers": 100, "roll_calls": 50})
     assert live["honest_false_reject"]["rate"] == 0.01
+
+
+def test_the_table_has_the_documented_fields_and_values() -> None:
+    """GET /v1/checks' shape (a client reads these names) and every number in it, from the default config;
+    the prose fields ("catches", "method", "why_null") are free text, only required to be there."""
+    def shape(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: shape(v) if isinstance(v, dict) else None for k, v in d.items()}
+
+    fractions = {"0.01": None, "0.1": None, "0.5": None}
+    rows = {"catches": None, "entries_recomputed_per_row": None, "pass_chance_one_instance": fractions,
+            "pass_chance_rule": None, "relay_cost_share_n1024": {"products_per_instance_1": None,
+                                                                 "products_per_instance_16": None},
+            "rows_opened_per_instance": None}
+    table = odds(RelayConfig())
+    assert shape(table) == {
+        "checks": {"gpu": rows, "sgemm": rows,
+                   "links": {"catches": None, "pass_chance_one_answer": fractions, "why_null": None},
+                   "llm": {"catches": None, "pass_chance_one_answer": {"roll_call": fractions, "solo": fractions},
+                           "recomputed_share": {"first_answer": None, "roll_call": None, "solo": None},
+                           "relay_cost_share": {"roll_call": None, "solo": None}}},
+        "flag": {"hold_s": None, "passes_to_verify": None}, "honest_false_reject": {"rate": None, "why_null": None},
+        "method": None, "skipped_fractions": None}
+    assert table["skipped_fractions"] == [0.01, 0.1, 0.5]
+    checks = table["checks"]
+    assert checks["gpu"]["pass_chance_one_instance"] == checks["sgemm"]["pass_chance_one_instance"]
+    assert checks["sgemm"]["relay_cost_share_n1024"]["products_per_instance_1"] == pytest.approx(2 * 64 / 1024**2)
+    assert checks["llm"]["recomputed_share"] == {"first_answer": 1.0, "roll_call": 0.25, "solo": 0.1}
+    assert checks["llm"]["relay_cost_share"] == {"roll_call": 0.25, "solo": 0.1}
+    assert checks["links"]["pass_chance_one_answer"] == fractions  # not sampled: no chance to state
+    assert "factor 2 + 5 ms" in checks["links"]["catches"]
+    for text in (checks["sgemm"]["catches"], checks["gpu"]["catches"], checks["llm"]["catches"],
+                 checks["links"]["why_null"], checks["sgemm"]["pass_chance_rule"], table["method"],
+                 table["honest_false_reject"]["why_null"]):
+        assert isinstance(text, str) and len(text) > 20
+    assert rows_pass_chance(0.1, 3) == pytest.approx(0.729) and rows_pass_chance(0.0, 5) == 1.0

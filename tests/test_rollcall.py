@@ -304,3 +304,12 @@ def test_a_node_measures_again_when_its_roll_calls_keep_showing_another_speed() 
     assert drift([rc(0.001, kind="gpu")] * 3, claim) is None and drift([rc(None)] * 3, claim) is None
     assert drift([rc(10.0)] * 3 + [rc(60.0)], claim) is None       # the latest three are read
     assert drift([rc(10.0)] * 3, None) is None
+    # at the edges: exactly 0.8 or 1.25x is no drift; a small claim is judged too; a result without "kind" is an
+    # SGEMM answer (the relay names the kind only since GPU challenges)
+    assert drift([rc(48.0)] * 3, claim) is None and drift([rc(75.0)] * 3, claim) is None
+    assert drift([rc(0.1)] * 3, 0.5) is not None
+    assert drift([{"roll_call": "r", "observed_gflops": 10.0}] * 3, claim) is not None
+    assert drift([rc(10.0), rc(20.0), rc(30.0)], claim) == (
+        "the last 3 roll calls observed 10.0, 20.0, 30.0 GFLOP/s, below 0.8 of the 60.0 claimed")
+    assert drift([rc(80.0)] * 3, claim) == (
+        "the last 3 roll calls observed 80.0, 80.0, 80.0 GFLOP/s, above 1.25x the 60.0 claimed")

@@ -51,3 +51,35 @@ def test_this_machine_reads_its_cache() -> None:
     """Linux exposes the cache sizes: the rule is applied here, not skipped (the precondition of the triad test)."""
     cache = last_level_cache()
     assert cache.bytes is not None and cache.bytes >= 1 << 20, cache
+
+
+def test_sizes_types_and_broken_entries(tmp_path: Path) -> None:
+    """sysfs size strings (K, M, G or bytes), data caches counted and instruction caches not, entries with a
+    file missing or a size unreadable skipped."""
+    from host_runner.stream_size import _size_bytes
+
+    assert (_size_bytes("32K"), _size_bytes("2M\n"), _size_bytes("1G"), _size_bytes("4096"), _size_bytes("12x"),
+            _size_bytes("")) == (32 << 10, 2 << 20, 1 << 30, 4096, None, None)
+    tree = fake_sysfs(tmp_path / "c", {0: [(1, "Instruction", "64M", "0"), (1, "Data", "48K", "0")]})
+    assert last_level_cache(tree).bytes == 48 << 10  # the instruction cache is not where STREAM's data goes
+    broken = fake_sysfs(tmp_path / "d", {0: [(3, "Unified", "8M", "0")], 1: [(3, "Unified", "nonsense", "1")]})
+    (broken / "cpu0" / "cache" / "index1").mkdir()  # an entry without its files
+    assert last_level_cache(broken).bytes == 8 << 20
+
+
+def test_the_evidence_names_the_cache_and_the_caps() -> None:
+    llc = LastLevelCache(300 << 20, 3, "sysfs")
+    mib, ev = array_mib(2, llc, None)  # no memory figure: no memory cap
+    assert mib == 600 and "capped_by" not in ev
+    assert set(ev) == {"rule", "instances", "llc_mib", "llc_source", "follows_rule"}
+    assert ev["llc_source"] == "sysfs" and ev["instances"] == 2 and "4 x last-level cache" in ev["rule"]
+    assert array_mib(2, LastLevelCache(1_000_000, 3, "s"), None)[1]["llc_mib"] == 0.954  # MiB, 3 decimals
+    assert array_mib(2, llc, 0)[0] == 600  # an unknown (0) available memory caps nothing
+    assert array_mib(2, llc, 7200)[0] == 600 and "capped_by" not in array_mib(2, llc, 7200)[1]  # exactly enough
+    assert array_mib(2, llc, 7199)[0] == 599
+    assert array_mib(2, llc, 1)[0] == 1  # never below 1 MiB
+    assert array_mib(1, LastLevelCache(256 << 20, 3, "s"), None) == (1024, array_mib(1, LastLevelCache(
+        256 << 20, 3, "s"), None)[1])
+    assert "capped_by" not in array_mib(1, LastLevelCache(256 << 20, 3, "s"), None)[1]  # exactly the wasm32 limit
+    assert array_mib(4, LastLevelCache(64 << 20, 3, "s"), None)[1]["follows_rule"]  # 4 x 64 >= 4 x 64: on the edge
+    assert not array_mib(4, LastLevelCache((64 << 20) + (1 << 20), 3, "s"), 800)[1]["follows_rule"]
