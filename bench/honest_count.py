@@ -9,7 +9,7 @@ does. Quiet: the counted figure (GET /v1/nodes/{id}: trust.counted after each ro
 each roll call; the honest false-reject rate is the share of roll calls at which it counted below 0.9 of its
 claim (after_deadline answers included). Busy: a busy loop per core (nice 0) starts after the node measured;
 the reference is what the node's own instances do under the same load, measured between roll calls by
-the whole-CPU SGEMM run (host_runner/cpu.py run_concurrent, the claim's instance count): counted over that
+the whole-CPU SGEMM run (host_runner/cpu.py whole_cpu_run, the claim's instance count): counted over that
 reference, per roll call. Prints medians with the 5th percentile and the share of roll calls at >= 0.9 (quiet)
 and >= 0.8 (busy); the CPU model with the figures.
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from capsule.scaling import window_rate, work_spans  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
-from host_runner.cpu import _probe_args, run_concurrent  # noqa: E402
+from host_runner.cpu import whole_cpu_run  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 
@@ -130,7 +130,7 @@ def main() -> int:
                         s.start()
 
                     def reference() -> float:
-                        run = run_concurrent(capsule, _probe_args("ab" * 16, "sgemm", 400, 1024), instances)
+                        run = whole_cpu_run(capsule, "ab" * 16, ("sgemm",), instances, 400)
                         rate = window_rate([work_spans(r, "sgemm") for r in run.reports]).rate
                         return (rate or 0.0) / 1e9
 

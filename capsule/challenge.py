@@ -164,8 +164,16 @@ def check_entries(seed: int, n: int, leaf: int, values: np.ndarray, columns: Seq
     cols = np.asarray(columns, dtype=np.uint64)
     p = np.arange(n, dtype=np.uint64)
     b_cols = _uniform_at(state, np.uint64(n * n) + p[:, None] * np.uint64(n) + cols[None, :]).astype(np.float64)
+    return judge_entries(leaf, values, columns, a_row, b_cols)
+
+
+def judge_entries(leaf: int, values: np.ndarray, columns: Sequence[int], a_row: np.ndarray,
+                  b_cols: np.ndarray) -> float:
+    """The worst error ratio of the opened row's `columns` against a_row @ b_cols (float64), where 1.0 is the
+    worst-case fp32 summation error n 2^-24 sum|a_ip b_pj|; raises ChallengeError (wrong_rows) at or beyond
+    it. Shared by both challenge forms (capsule/cpu_challenge.py draws its inputs otherwise)."""
     ref = a_row @ b_cols
-    bound = n * EPS32 * (np.abs(a_row) @ np.abs(b_cols)) + 1e-30
+    bound = len(a_row) * EPS32 * (np.abs(a_row) @ np.abs(b_cols)) + 1e-30
     ratio = np.abs(values[np.asarray(columns)].astype(np.float64) - ref) / bound
     worst = float(np.max(ratio))
     if not worst < 1.0:

@@ -11,31 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from capsule.challenge import ChallengeError, encode_row, tree_width
-from capsule.cpu_challenge import inputs_of, leaf_hash, node_hash
+from capsule.challenge import ChallengeError, encode_row
+from capsule.cpu_challenge import inputs_of, leaf_hash
+from tests.test_mutants_challenges import proof, tree
 from web.challenges import check_opened, new_challenge, on_commit, parse_opening
 from web.checks import odds, rows_pass_chance
 from web.config import RelayConfig
 
 BEACON: dict[str, Any] = {"round": 3, "value": "cd" * 32}
 N, PRODUCTS = 8, 4
-
-
-def levels(hashes: list[bytes]) -> list[list[bytes]]:
-    level = hashes + [bytes(32)] * (tree_width(len(hashes)) - len(hashes))
-    out = [level]
-    while len(level) > 1:
-        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-        out.append(level)
-    return out
-
-
-def path(tree: list[list[bytes]], index: int) -> list[str]:
-    siblings = []
-    for level in tree[:-1]:
-        siblings.append(level[index ^ 1].hex())
-        index >>= 1
-    return siblings
 
 
 class Skipper:
@@ -48,8 +32,8 @@ class Skipper:
             a, b = inputs_of(seed, N, t)
             product = (a.astype(np.float64) @ b.astype(np.float64)).astype("<f4")
             self.rows.append(product if t in honest else rng.standard_normal((N, N)).astype("<f4"))
-        self.products = [levels([leaf_hash(r.tobytes()) for r in rows]) for rows in self.rows]
-        self.top = levels([p[-1][0] for p in self.products])
+        self.products = [tree([leaf_hash(r.tobytes()) for r in rows]) for rows in self.rows]
+        self.top = tree([p[-1][0] for p in self.products])
 
     def root(self) -> str:
         return self.top[-1][0].hex()
@@ -57,7 +41,7 @@ class Skipper:
     def open(self, leaf: int) -> dict[str, Any]:
         t, i = divmod(leaf, N)
         return {"instance": 0, "row": leaf, "values": encode_row(self.rows[t][i]),
-                "proof": path(self.products[t], i) + path(self.top, t)}
+                "proof": proof(self.products[t], i) + proof(self.top, t)}
 
 
 def passes(config: RelayConfig, skipped: int, trials: int, seed: int) -> int:
