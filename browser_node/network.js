@@ -12,10 +12,10 @@ const GAUGES = [
   ["gpu_tflops", "GPU fp16", si(1e12, "FLOP/s")], ["gpu_vram_mb", "GPU memory", si(2 ** 20, "B", true)],
   ["storage_free_gb", "free storage", si(1e9, "B")], ["perf_score", "perf score", (v) => [v.toFixed(2), ""]],
 ];
-// No challenge measures these: they are shown under "claimed, not proven" only, never beside a verified figure.
+// No challenge proves these (cores: throughput is proven, not the cores behind it): they are shown under "claimed, not proven" only, never beside a verified figure.
 // GPUs and their TFLOP/s are proven at roll calls (GPU challenges); the proven TFLOP/s are fp32 (the challenge's
 // WGSL matmul) where the claimed gauge sums the profiles' fp16 figures.
-const UNPROVEN = new Set(["gpu_vram_mb", "storage_free_gb"]);
+const UNPROVEN = new Set(["cpu_cores", "gpu_vram_mb", "storage_free_gb"]);
 const PROVEN_LABEL = { gpu_tflops: "GPU fp32" };
 function gauge(label, value, show) {
   const [shown, unit] = value === null || value === undefined ? ["—", ""] : show(Number(value));

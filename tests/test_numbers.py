@@ -57,12 +57,24 @@ def test_one_machine_counts_at_most_1_25x_and_1_39x_with_held_pongs() -> None:
     assert shown(machine * 1.25 / 0.9, held, CONFIG) <= 1.25 / 0.9 * machine
 
 
-def test_cores_count_only_as_instances_proven_each_at_2_gflops() -> None:
-    """"cores only as the instances it proved, each at >= 2 GFLOP/s", and never beyond the claim."""
-    assert counted(Proof("r", gflops=8.0, instances=4), 8.0, 4, None, CONFIG).cores == 4
-    assert counted(Proof("r", gflops=7.99, instances=4), 8.0, 4, None, CONFIG).cores == 3
-    assert counted(Proof("r", gflops=80.0, instances=4), 80.0, 2, None, CONFIG).cores == 2  # the claim caps
-    assert counted(Proof("r", gflops=80.0, instances=4), 80.0, 64, None, CONFIG).cores == 4  # instances cap
+def test_cores_are_never_counted_and_gpus_only_at_0_1_tflops_each() -> None:
+    """"Cores are shown as claimed only" (instances time-sliced on 2 cores each showed the 2 GFLOP/s
+    floor: 10x the cores from 10 identities); "a GPU counts only at 0.1 fp32 TFLOP/s each": a software
+    rasterizer (lavapipe here: 0.00027) or a CPU answering the GPU challenge with numpy counts no GPU."""
+    assert counted(Proof("r", gflops=80.0, instances=4), 80.0, 4, None, CONFIG).cores == 0
+    assert counted(Proof("r", gflops=80.0, instances=64), 80.0, 2**32 - 1, None, CONFIG).cores == 0
+    gpu = Proof("r", gflops=10.0, instances=1, gpu_tflops=0.2, gpus=2)
+    both = counted(gpu, 10.0, 1, None, CONFIG, claimed_gpu_tflops=0.2, claimed_gpus=2)
+    assert (both.gpus, both.gpu_utflops) == (2, 200_000)  # 0.1 each: two GPUs
+    one = counted(Proof("r", gflops=10.0, instances=1, gpu_tflops=0.199, gpus=2), 10.0, 1, None, CONFIG, 0.2, 2)
+    assert (one.gpus, one.gpu_utflops) == (1, 199_000)
+    # 16 "GPUs" of 0.000005 TFLOP/s each (numpy): none, and no TFLOP/s without a GPU
+    fake = counted(Proof("r", gflops=10.0, instances=1, gpu_tflops=16 * 5e-6, gpus=16), 10.0, 1, None, CONFIG,
+                   16 * 5e-6, 16)
+    assert (fake.gpus, fake.gpu_utflops) == (0, 0)
+    lavapipe = counted(Proof("r", gflops=10.0, instances=1, gpu_tflops=0.00027, gpus=1), 10.0, 1, None, CONFIG,
+                       0.0003, 1)
+    assert (lavapipe.gpus, lavapipe.gpu_utflops) == (0, 0)
 
 
 def test_unclaimed_figures_and_gpus_count_nothing() -> None:

@@ -150,6 +150,50 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
             s.stop()
 
 
+def test_identities_taking_turns_on_the_lower_relay_count_one_on_the_higher(
+        cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
+        artifacts: Any) -> None:
+    """Issue 28, attack 3: two identities of this machine live on the lower-id relay L only and take turns
+    before each roll call (the other says `hello []`: opted out, still live in L's digests). The higher relay
+    H once kept the idle one's proof because "the lower relay holds it", and counted both (2.0-2.4x). H counts
+    a node only on evidence of this roll call (L's transcript): at most one of the two at any moment."""
+    _, relays, relay_keys = cluster
+    low = min(range(2), key=lambda i: relay_keys[i].node_id)
+    lower, higher = relays[low], relays[1 - low]
+    until("the relays hear each other", 30, lambda: higher.get("/v1/relays")[1]["leader"] == relay_keys[low].node_id)
+    keys = [registered(lower, measured, llm=False, gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
+            for _ in range(2)]
+    until("profiles on H", 30, lambda: all(higher.get(f"/v1/nodes/{k.node_id}")[0] == 200 for k in keys))
+    sessions = [join_verified(lower, k, LiveSession(lower.url, k, reactor_wasm=artifacts.reactor)) for k in keys]
+    sessions[1].hello([])  # the cheater's turns: one answers, the other sits out, swapped before each roll call
+    try:
+        turn, first_switch, last_switch, seen = 0, None, -1, []
+        calls: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 90
+        while len(calls) < 4 and time.monotonic() < deadline:
+            round_ = int(lower.get("/beacon")[1]["round"])
+            if round_ % 6 == 5 and round_ != last_switch:  # a roll call comes with the next round (~2 s)
+                turn, last_switch = 1 - turn, round_
+                first_switch = round_ if first_switch is None else first_switch
+                sessions[turn].hello(["sgemm"])
+                sessions[1 - turn].hello([])
+            seen.append(higher.get("/stats")[1]["verified_nodes"])
+            calls = [c for c in lower.get("/v1/roll-calls?limit=10")[1]["roll_calls"]
+                     if first_switch is not None and c["beacon_round"] > first_switch]
+            time.sleep(0.3)
+        for _ in range(10):  # and the seconds after the last one's transcripts
+            seen.append(higher.get("/stats")[1]["verified_nodes"])
+            time.sleep(0.3)
+        asked = [c["sessions_challenged"] for c in calls]
+        print(f"turns: H's verified nodes over the window {sorted(set(seen))}; L asked {asked} per roll call")
+        assert len(calls) >= 4 and all(n == 1 for n in asked), asked  # the precondition: turns were taken
+        assert max(seen) >= 1, seen  # H counts the one that answered (from L's transcripts)
+        assert max(seen) <= 1, seen  # and never both
+    finally:
+        for session in sessions:
+            session.stop()
+
+
 def test_forged_or_altered_transcripts_change_nothing(
         cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], measured: dict[str, Any],
         artifacts: Any) -> None:
@@ -197,14 +241,25 @@ def test_forged_or_altered_transcripts_change_nothing(
     values[:] += 1.0  # the rows are not the product any more (the proof no longer holds either)
     row["values"] = base64.b64encode(values.tobytes()).decode()
     altered = sign("Transcript", altered_body, relay_keys[0])  # even signed by a peer: the work is re-checked
+    passes_before = node(b, key)["trust"]["challenges"]["passed"]
     invalid_before = metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
-    for t in (forged, altered):
+    replays = [genuine] * 10  # the genuine transcript re-published: a ghost of a node that left, or its pass x10
+    for t in (forged, altered, *replays):
         published(nats.url, "ce.trust.transcripts", t)
-    until("both refused", 20, lambda: metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
-          >= invalid_before + 2)
+    until("all refused", 20, lambda: metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
+          >= invalid_before + 2 + len(replays))
     trust = node(b, victim)["trust"]
     assert trust["challenges"]["passed"] == 0 and trust["counted"]["cpu_gflops"] == 0, trust
     assert b.get("/stats")[1]["verified_nodes"] <= 1  # at most the genuine node, never the victim
+    # the replays changed nothing: the node that left gained no pass and no proof on B (its session is gone:
+    # the next roll call drops what the last one proved, and nothing of an earlier one comes back)
+    ghost = node(b, key)["trust"]
+    assert ghost["challenges"]["passed"] == passes_before, (passes_before, ghost)
+    until("the node that left counts nothing on B after a roll call", 60,
+          lambda: node(b, key)["trust"]["counted"]["cpu_gflops"] == 0)
+    published(nats.url, "ce.trust.transcripts", genuine)
+    time.sleep(2)
+    assert node(b, key)["trust"]["counted"]["cpu_gflops"] == 0
 
 
 def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(

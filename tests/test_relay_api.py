@@ -65,7 +65,7 @@ def test_stats_sum_live_nodes_once(tmp_path: Path) -> None:
         assert claimed["perf_score"] == pytest.approx(0.4 * 90 / 75 + 0.4 * 0.006 / 10 + 0.2 * 300 / 200)
         # no challenge observed any of them: the scoreboard itself counts nothing yet (tests/test_trust.py)
         assert stats["nodes"] == 3 and stats["verified_nodes"] == 0
-        assert stats["cpu_cores"] == 0 and stats["cpu_gflops"] == 0 and stats["perf_score"] == 0
+        assert stats["cpu_cores"] is None and stats["cpu_gflops"] == 0 and stats["perf_score"] == 0
         assert stats["mesh"] == {"median_rtt_ms": None, "reachable_frac": None, "regions": None}
 
 

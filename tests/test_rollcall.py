@@ -52,14 +52,12 @@ def test_roll_call_rounds_follow_the_draw_at_the_configured_rate() -> None:
 def test_counted_is_the_claim_capped_at_what_was_shown() -> None:
     proof = Proof("r", gflops=50.0, instances=2, tps=100.0)
     c = counted(proof, 40.0, 2, 90.0, CONFIG)
-    assert c == Contribution(cores=2, cpu_mgflops=40 * MILLI, mtokens_per_sec=90 * MILLI)  # honest: the claim
+    assert c == Contribution(cpu_mgflops=40 * MILLI, mtokens_per_sec=90 * MILLI)  # honest: the claim
     c = counted(proof, 500.0, 64, 3400.0, CONFIG)  # an overstatement counts what was shown
-    assert (c.cpu_mgflops, c.mtokens_per_sec, c.cores) == (50 * MILLI, 100 * MILLI, 2)  # instances, not claim
-    # cores only where each reached the floor: 20 identities at 0.01 GFLOP/s with 2^32-1 cores count none
+    assert (c.cpu_mgflops, c.mtokens_per_sec) == (50 * MILLI, 100 * MILLI)
+    # cores are a claim, never counted: 20 identities at 0.01 GFLOP/s with 2^32-1 cores count none
     tiny = Proof("r", gflops=0.01, instances=64)
     assert counted(tiny, 0.01, 2**32 - 1, None, CONFIG) == Contribution(cores=0, cpu_mgflops=10)
-    floor = CONFIG.core_floor_gflops
-    assert counted(Proof("r", gflops=6.5, instances=64), 7.0, 64, None, CONFIG).cores == int(6.5 // floor)
     assert counted(Proof("r", gflops=0.0, instances=2), 40.0, 2, 90.0, CONFIG) == Contribution()
     assert counted(proof, None, 2, 90.0, CONFIG) == Contribution()  # no CPU claim: nothing
 

@@ -59,6 +59,13 @@ def altered(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def own_nonce(body: dict[str, Any], i: int) -> dict[str, Any]:
+    """The transcript of another challenge (its nonce changed: the seeds, and so the work, differ)."""
+    out: dict[str, Any] = json.loads(json.dumps(body))
+    out["challenge"]["nonce"] = out["challenge"]["nonce"][:-4] + f"{i:04x}"
+    return out
+
+
 @pytest.fixture
 def desk_of(tmp_path: Path) -> Any:
     relays: list[Relay] = []
@@ -85,8 +92,18 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     run(strict.challenges.apply_transcript(sign("Transcript", genuine, peer)))
     assert strict.metrics.transcripts_audited == 1 and strict.challenges.trust[node.node_id].passes_total == 1
     with pytest.raises(TranscriptError) as refused:
-        run(strict.challenges.apply_transcript(sign("Transcript", altered(genuine), peer)))
+        run(strict.challenges.apply_transcript(sign("Transcript", own_nonce(altered(genuine), 1), peer)))
     assert refused.value.code == "wrong_transcript" and strict.challenges.trust[node.node_id].passes_total == 1
+    # the genuine one again (re-published by anyone, signed by the peer): taken once, a replay changes nothing
+    for _ in range(3):
+        with pytest.raises(TranscriptError) as replayed:
+            run(strict.challenges.apply_transcript(sign("Transcript", genuine, peer)))
+        assert replayed.value.code == "replayed"
+    assert strict.challenges.trust[node.node_id].passes_total == 1
+    stale = sign("Transcript", {**own_nonce(genuine, 2), "at": genuine["at"] - 3600}, peer)
+    with pytest.raises(TranscriptError) as old:
+        run(strict.challenges.apply_transcript(stale))
+    assert old.value.code == "stale" and strict.challenges.trust[node.node_id].passes_total == 1
 
     # half checked: altered transcripts (each signed afresh, so each is a new draw) pass unchecked until the
     # first one drawn fails; from then on every one is checked and refused
@@ -94,7 +111,8 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     outcomes = []
     for at in range(40):
         try:
-            fresh = sign("Transcript", {**altered(genuine), "at": genuine["at"] + at}, peer)
+            # a challenge of its own each (a peer's transcript is taken once per challenge nonce)
+            fresh = sign("Transcript", own_nonce(altered(genuine), 16 + at), peer)
             run(sampled.challenges.apply_transcript(fresh))
             outcomes.append("believed")
         except TranscriptError as exc:

@@ -133,16 +133,19 @@ def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dic
     claimed_block = claimed.snapshot()
     return {**verified.snapshot(), "nodes": claimed_block["nodes"], "verified_nodes": len(verified),
             # no challenge measures these: null here (what cannot be proven is not a zero), figures under claimed
-            "gpu_vram_mb": None, "storage_free_gb": None,
-            "unproven": {"gpu_vram_mb": "no challenge measures GPU memory: see claimed",
+            "cpu_cores": None, "gpu_vram_mb": None, "storage_free_gb": None,
+            "unproven": {"cpu_cores": "a challenge proves throughput, not how many cores produced it "
+                                      "(instances time-sliced on fewer cores each show as one): see claimed",
+                         "gpu_vram_mb": "no challenge measures GPU memory: see claimed",
                          "storage_free_gb": "no challenge measures storage: see claimed"},
             "counting": "the latest roll call: every live node that answers challenges is challenged at one "
-                        "moment; a node adds its cores (instances proven, each at >= "
-                        f"{relay.config.core_floor_gflops:g} GFLOP/s), GFLOP/s, tokens/s, GPUs (instances of "
-                        "its GPU challenge proven) and GPU TFLOP/s capped at what it showed within the common "
-                        "deadline; nothing while it is not answering. gpu_tflops here is proven fp32 (the GPU "
+                        "moment; a node adds its GFLOP/s, tokens/s, GPUs (instances of its GPU challenge proven, "
+                        f"each at >= {relay.config.gpu_floor_tflops:g} fp32 TFLOP/s) and GPU TFLOP/s capped at "
+                        "what it showed within the common deadline; nothing while it is not answering. "
+                        "gpu_tflops here is proven fp32 (the GPU "
                         "challenge's WGSL matmul); claimed.gpu_tflops sums what profiles claim (fp16). Figures "
-                        "no challenge measures (GPU memory, storage, memory bandwidth) appear only under claimed",
+                        "no challenge proves (cores, GPU memory, storage, memory bandwidth) appear only under "
+                        "claimed",
             "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh()}
 
 

@@ -34,11 +34,19 @@ from web.challenges import (
     parse_opening,
 )
 from web.live import LiveError
+from web.llm_checks import recompute
 from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted, next_roll_call
 from web.stats import MICRO, Contribution
 from web.store import Store
-from web.transcripts import PeerAudit, TranscriptError, check_transcript, structure, transcript_body
+from web.transcripts import (
+    PeerAudit,
+    TranscriptError,
+    TranscriptLedger,
+    check_transcript,
+    structure,
+    transcript_body,
+)
 from web.trust import Trust
 
 if TYPE_CHECKING:
@@ -78,6 +86,7 @@ class ChallengeDesk:
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
         self.secret = secrets.token_bytes(32)  # solo challenge moments, transcript audits: unpredictable
         self.audit = PeerAudit(self.config.transcript_audit_fraction)
+        self.ledger = TranscriptLedger(self.config.transcript_max_age_s, self.config.clock_skew_s)
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
         self._told: dict[str, str] = {}        # the status each node was last told of on its session
@@ -98,7 +107,7 @@ class ChallengeDesk:
             self.trust.setdefault(node_id, Trust(decayed_at=at)).record(
                 bool(result.get("passed")), str(result.get("code")), result.get("observed_gflops"), at, self.config,
                 result.get("observed_tokens_per_sec"), bool(result.get("tokens_checked")),
-                result.get("observed_tflops"))
+                result.get("observed_tflops"), bool(result.get("roll_call")))
         for node_id in self.trust:
             self.refresh(node_id, time.time())
         return sorted(replayed)
@@ -113,7 +122,7 @@ class ChallengeDesk:
         body = self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps, gpu)
         proof = self.proofs.get(node_id)
         verified = entry.verified if entry is not None else Contribution()
-        body["counted"] = {"cpu_gflops": verified.cpu_mgflops / 1000, "cpu_cores": verified.cores,
+        body["counted"] = {"cpu_gflops": verified.cpu_mgflops / 1000,
                            "tokens_per_sec": verified.mtokens_per_sec / 1000, "gpus": verified.gpus,
                            "gpu_tflops": verified.gpu_utflops / MICRO,
                            "roll_call": proof.roll_call if proof else None,
@@ -275,10 +284,9 @@ class ChallengeDesk:
                 await who.send(opening)
                 return
             trust = self.trust.get(ch.node_id)
-            fraction = (self.config.roll_call_llm_check_fraction if ch.roll_call
-                        else self.config.challenge_llm_check_fraction)
-            # never counted before one hash was recomputed equal; a sampled share after that
-            if trust is not None and trust.tokens_checked > 0 and self.rng.random() >= fraction:
+            # every answer until one was recomputed equal (every roll-call answer of a new node); a share after
+            if not recompute(bool(ch.roll_call), trust.roll_call_tokens_checked if trust else 0,
+                             trust.tokens_checked if trust else 0, self.rng.random(), self.config):
                 await self._finish(who, True, "passed", "token hash not recomputed this time (sampled)")
                 return
             ch.checking = True
@@ -304,6 +312,18 @@ class ChallengeDesk:
         if origin not in self.config.cluster_peers:
             raise TranscriptError("not_a_peer", f"{origin} is not a relay of this cluster (--cluster-peer)")
         c = transcript["challenge"]
+        at, nonce = transcript.get("at"), c.get("nonce")
+        if type(at) is not int or not isinstance(nonce, str):
+            raise TranscriptError("invalid_transcript", "at: an integer (unix s); challenge.nonce: a string")
+        self.ledger.take(origin, nonce, at, time.time())  # once, while fresh: a replay changes nothing
+        try:
+            await self._apply_taken(origin, transcript)
+        except TranscriptError:
+            self.ledger.release(origin, nonce)
+            raise
+
+    async def _apply_taken(self, origin: str, transcript: dict[str, Any]) -> None:
+        c = transcript["challenge"]
         passed, code = bool(c.get("passed")), str(c.get("code"))
         try:
             if self.audit.due(self.secret, origin, transcript):
@@ -327,7 +347,7 @@ class ChallengeDesk:
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
         trust.record(passed, code, ch.observed_gflops if passed else None, now, self.config,
                      ch.observed_tps if passed else None, bool(c.get("tokens_checked")),
-                     ch.observed_tflops if passed else None)
+                     ch.observed_tflops if passed else None, bool(ch.roll_call))
         if ch.roll_call:
             self.roll.on_remote_result(ch, passed, c.get("verdict"))
         self.refresh(ch.node_id, time.time())
@@ -386,7 +406,7 @@ class ChallengeDesk:
         observed_tps = ch.observed_tps if passed else None
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
         trust.record(passed, code, observed, now, self.config, observed_tps, tokens_checked,
-                     ch.observed_tflops if passed else None)
+                     ch.observed_tflops if passed else None, bool(ch.roll_call))
         verdict = self.roll.on_result(ch, passed, code, trust.tokens_checked > 0) if ch.roll_call else None
         self.refresh(ch.node_id, now)
         result = {**ch.record(), "passed": passed, "code": code, "detail": detail, "tokens_checked": tokens_checked}

@@ -140,6 +140,16 @@ class RelayConfig:
     # the slowest SIMD128 core worth scheduling (an old phone core does ~2 GFLOP/s). Cores are an
     # upper-bound claim nobody can prove below this floor (20 identities once claimed 2^32-1 cores each).
     core_floor_gflops: float = 2.0
+    # A GPU counts on the verified scoreboard only where its share of the fp32 TFLOP/s its GPU challenge
+    # showed reaches this. Nothing in a GPU challenge needs a GPU, so the floor is what keeps a CPU from
+    # answering as many "GPUs" as it likes (16 "GPUs" of 0.000005 TFLOP/s per identity were once counted,
+    # answered with numpy): software rasterizers show 0.0003-0.001 (lavapipe here: 0.00027), a whole
+    # 2-vCPU machine natively ~0.08 (numpy SGEMM, AMD EPYC / Intel Xeon VMs here), a 16-core AVX-512 server
+    # ~1-2; phone GPUs show ~0.3-1 and laptop integrated GPUs 0.5-2 at their fp32 peak. 0.1: above this
+    # machine's whole CPU, below the GPUs a scheduler would place work on. (A CPU of k cores fast enough to
+    # pass it spends them at the GPU phase, a separate moment from the SGEMM phase: docs/protocol.md says
+    # what that leaves.)
+    gpu_floor_tflops: float = 0.1
     # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
     # recomputes the token hash (the same reactor wasm under wasmtime-py: as much CPU as the node spent) on
     # this fraction of them; a wrong hash, when checked, flags at once.
@@ -151,6 +161,9 @@ class RelayConfig:
     # every one, which costs each relay the whole network's roll calls: ~1.4 cores per relay at 100,000
     # nodes (BENCHMARKS.md, "Capacity model"). Name only relays you run when lowering it.
     transcript_audit_fraction: float = 1.0
+    # A peer's transcript is taken once (by relay and challenge nonce) and only this soon after its `at`
+    # (plus clock_skew_s): a relay publishes it the moment the challenge ends, so anything older is a replay.
+    transcript_max_age_s: float = 60.0
     reactor_wasm: Path = Path(__file__).resolve().parents[1] / "build" / "capsule-reactor.wasm"
 
     # Roll calls (web/rollcall.py): at moments drawn from the beacon, every live session that answers
@@ -195,6 +208,12 @@ class RelayConfig:
     # A reference-model answer counts only once its token hash was recomputed equal at least once; after
     # that the relay recomputes this share of them at roll calls (each costs it what the node spent).
     roll_call_llm_check_fraction: float = 0.25
+    # ...but every one of a node's first roll_call_llm_full_checks roll-call answers is recomputed: a fresh
+    # identity then costs this many honest answers at roll calls (the same moment as every other identity's)
+    # before it can cheat unseen, and a cheater that discards a caught key for a fresh one counts at most
+    # 1 + (1 - p) / (p x M) of the work it does (p the fraction above): 1.1875x at M = 16, p = 0.25
+    # (web/llm_checks.py derives it; tests/test_llm_checks.py runs that cheater).
+    roll_call_llm_full_checks: int = 16
 
     # Trust (web/trust.py). Counters halve every trust_half_life_s.
     trust_half_life_s: float = 6 * 3600.0

@@ -27,7 +27,8 @@ STATS: dict[str, Any] = {"type": "object", "properties": {
                                                "regions": {"type": ["integer", "null"]}}}}}
 # /stats: the figures count verified capacity only; `claimed` sums the same fields as claimed
 SCOREBOARD: dict[str, Any] = {"type": "object", "properties": {
-    **STATS["properties"], "gpu_vram_mb": {"type": "null"}, "storage_free_gb": {"type": "null"},
+    **STATS["properties"], "cpu_cores": {"type": "null"}, "gpu_vram_mb": {"type": "null"},
+    "storage_free_gb": {"type": "null"},
     "unproven": {"type": "object"}, "verified_nodes": {"type": "integer"}, "counting": {"type": "string"},
     "claimed": STATS}}
 TRUST = {"type": "object", "required": ["status", "reason", "score", "observed", "counted", "challenges"],

@@ -145,8 +145,8 @@ class Relay:
         keys = ("nodes", "cpu_cores", "cpu_gflops", "tokens_per_sec", "gpu_tflops")
         verified, claimed = self.atlas.global_verified.snapshot(), self.atlas.global_stats.snapshot()
         at = round(time.time(), 3)
-        point = {"at": at, "verified_nodes": len(self.atlas.global_verified),
-                 "verified": {k: verified[k] for k in keys[1:]}, "claimed": {k: claimed[k] for k in keys}}
+        point = {"at": at, "verified_nodes": len(self.atlas.global_verified),  # cores: claimed only
+                 "verified": {k: verified[k] for k in keys[2:]}, "claimed": {k: claimed[k] for k in keys}}
         self.stats_history.append(point)
         await self.store.write(Store.put_stats_point_op(at, json.dumps(point).encode(),
                                                         self.config.stats_history_kept))

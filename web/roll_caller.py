@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ce.rollcall")
 
 
-def latest_id(call: RollCall | None) -> str | None:
-    return call.id if call is not None else None
 STORE_KEY = "~roll-calls"  # the history rows that keep roll calls across restarts (not a NodeId)
 
 
@@ -81,14 +79,15 @@ class RollCaller:
     def on_remote_result(self, ch: Challenge, passed: bool, verdict: str | None) -> None:
         """A peer relay's roll-call verdict for a node it asked (its transcript re-checked by the desk)."""
         desk, node_id = self.desk, ch.node_id
-        call = next((c for c in reversed(self.calls) if c.id == ch.roll_call), None)
+        call = self.latest
+        if call is None or call.id != ch.roll_call:
+            return  # evidence of an earlier roll call (or one this relay never ran): it proves nothing now
         counts = passed and verdict == "counted" and ch.commit_s is not None
         if ch.kind == "sgemm":
             if counts and ch.commit_s is not None:
                 previous = desk.proofs.get(node_id)
                 desk.proofs[node_id] = self._sgemm_proof(str(ch.roll_call), ch, previous)
-                if call is not None:
-                    call.answered.add(node_id)
+                call.answered.add(node_id)
             else:
                 desk.proofs.pop(node_id, None)
         elif ch.kind == "llm":
@@ -99,7 +98,7 @@ class RollCaller:
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call == ch.roll_call:
                 self._gpu_proof(proof, ch if counts else None)
-                if counts and call is not None:
+                if counts:
                     call.gpu_answered.add(node_id)
         desk.refresh(node_id, time.time())
 
@@ -132,14 +131,12 @@ class RollCaller:
         call = RollCall(f"{beacon['round']}-{str(beacon['relay'])[-8:]}", int(beacon["round"]), now_wall)
         self.calls = [*self.calls, call][-self.config.roll_calls_kept:]
         targets = self._targets()
-        # whoever is not asked now stops counting now: joined since, hidden, opted out, gone; a node another
-        # relay of the cluster asks keeps a proof only from this roll call (its transcript)
-        cluster = desk.relay.cluster
+        # whoever this relay does not ask now stops counting now: joined since, hidden, opted out, gone, and a
+        # node another relay of the cluster asks: it counts again only on evidence of this roll call (that
+        # relay's transcript), never because another relay is assumed to have asked it (two identities
+        # taking turns on the lower relay were once both counted by the higher one: 2.0-2.4x)
         for node_id, proof in list(desk.proofs.items()):
-            if node_id in targets or proof.roll_call == call.id:
-                continue
-            asked_elsewhere = cluster is not None and cluster.held_by_lower_relay(node_id, now_wall)
-            if not asked_elsewhere or proof.roll_call != latest_id(latest):
+            if node_id not in targets and proof.roll_call != call.id:
                 desk._drop_proof(node_id, now_wall)
         planned: list[tuple[Challengee, Challenge]] = []
         for node_id, who in targets.items():
@@ -298,8 +295,7 @@ class RollCaller:
         atlas = self.desk.relay.atlas
         rows = [atlas.nodes[n].verified for n, p in self.desk.proofs.items() if p.roll_call == call.id
                 and n in atlas.nodes]
-        return {"nodes": sum(1 for r in rows if r.cpu_mgflops), "cpu_cores": sum(r.cores for r in rows),
-                "cpu_gflops": sum(r.cpu_mgflops for r in rows) / 1000,
+        return {"nodes": sum(1 for r in rows if r.cpu_mgflops), "cpu_gflops": sum(r.cpu_mgflops for r in rows) / 1000,
                 "tokens_per_sec": sum(r.mtokens_per_sec for r in rows) / 1000, "gpus": sum(r.gpus for r in rows),
                 "gpu_tflops": sum(r.gpu_utflops for r in rows) / MICRO}
 

@@ -15,9 +15,10 @@ knows it before the round exists), at `roll_call_delay_s` after the round was is
 
 What a node counts (`proven`): only an answer within the common deadline (on_time), and then the claim capped
 at what the answer showed (shown: observed x trust_cap_factor, at most the work given / the target time);
-cores only as many instances as it proved, each at least `core_floor_gflops`; tokens/s only from a node
-whose token hash the relay has recomputed equal at least once; GPUs only as many as instances it proved,
-and fp32 TFLOP/s (what the GPU challenge measures: the probe's matmul_f32.wgsl) capped at its fp32 claim.
+never cores (a claim: throughput is proven, not the cores behind it); tokens/s only from a node whose token
+hash the relay recomputed at its first `roll_call_llm_full_checks` roll calls (web/llm_checks.py); GPUs only
+as many as instances it proved, each showing at least `gpu_floor_tflops`, and fp32 TFLOP/s (what the GPU
+challenge measures: the probe's matmul_f32.wgsl) capped at its fp32 claim, counted only with a GPU.
 The claimed scoreboard's gpu_tflops sums what profiles claim (fp16); the verified one's is proven fp32.
 Nothing for a node that joined since, was
 hidden, opted out, or did not answer in time, until the next roll call.
@@ -128,15 +129,19 @@ def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, clai
     """The node's contribution to the verified scoreboard from its latest roll call. GPU figures: fp32
     TFLOP/s proven (min of the fp32 claim and what the GPU phase showed) and the GPUs (instances) proven."""
     gflops = min(claimed_gflops or 0.0, proof.gflops)
-    # a core counts only where its share of what was shown reaches the floor (cores are cheap to claim)
-    cores = min(proof.instances, max(claimed_cores, 0), math.floor(proof.gflops / config.core_floor_gflops))
+    # Cores are not counted: a challenge proves throughput, not how many cores produced it (time-sliced
+    # instances on 2 cores each showed the per-core floor: 10 identities counted 10x the machine's cores).
+    # They stay a claim, like GPU memory and storage (claimed_cores is kept for the callers' symmetry).
+    del claimed_cores
     tps = min(claimed_tps or 0.0, proof.tps)
     if gflops <= 0:
         return Contribution()
     gpu_tflops = min(claimed_gpu_tflops or 0.0, proof.gpu_tflops)
-    gpus = min(proof.gpus, max(claimed_gpus, 0)) if gpu_tflops > 0 else 0
+    # a GPU counts only at gpu_floor_tflops of what was shown each: a CPU answering the GPU challenge (numpy,
+    # a software rasterizer) shows far less per "GPU" than any GPU worth scheduling
+    gpus = min(proof.gpus, max(claimed_gpus, 0), math.floor(gpu_tflops / config.gpu_floor_tflops))
     # rounded down to the sums' milli- and micro-units: a node counted at its full claim never shows above it
-    return Contribution(cores=max(cores, 0), cpu_mgflops=math.floor(gflops * MILLI),
+    return Contribution(cpu_mgflops=math.floor(gflops * MILLI),
                         mtokens_per_sec=math.floor(tps * MILLI), gpus=gpus,
                         gpu_utflops=math.floor(gpu_tflops * MICRO) if gpus else 0)
 

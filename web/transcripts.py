@@ -169,3 +169,36 @@ class PeerAudit:
 
     def failed(self, origin: str, reason: str) -> None:
         self.caught.setdefault(origin, reason)
+
+
+@dataclass
+class TranscriptLedger:
+    """Each peer transcript is taken once, and only while fresh: a record that crosses the cluster is bound to
+    its time. Keyed by (relay, challenge nonce): the nonce is the relay's own 128-bit draw, one per challenge.
+    (A listener on an unauthenticated NATS once kept an identity that had left counted at four roll calls by
+    re-publishing its genuine transcripts, and flagged an honest node by re-publishing one `late` 10 times.)"""
+
+    max_age_s: float                  # older on arrival (by its `at`, the peer's clock): refused as stale
+    skew_s: float                     # clocks of the cluster may differ by this much
+    seen: dict[tuple[str, str], float] = field(default_factory=dict)  # key -> its `at`
+    pruned_at: float = 0.0
+
+    def take(self, origin: str, nonce: str, at: float, now: float) -> None:
+        """Records the transcript as taken; raises TranscriptError "replayed" or "stale"."""
+        oldest = now - self.max_age_s - self.skew_s
+        if not oldest <= at <= now + self.skew_s:
+            raise TranscriptError("stale", f"at {at:.0f} is {now - at:.0f} s before this relay's clock (taken "
+                                           f"within {self.max_age_s:g} s of its challenge, clocks "
+                                           f"{self.skew_s:g} s apart)")
+        key = (origin, nonce)
+        if key in self.seen:
+            raise TranscriptError("replayed", f"the transcript of challenge {nonce[:16]} from {origin} was taken")
+        if now - self.pruned_at >= self.max_age_s:  # those older would be refused as stale anyway
+            self.seen = {k: t for k, t in self.seen.items() if t >= oldest}
+            self.pruned_at = now
+        self.seen[key] = at
+
+    def release(self, origin: str, nonce: str) -> None:
+        """A taken transcript that was then refused for what it says: its peer may still send the right one."""
+        self.seen.pop((origin, nonce), None)
+

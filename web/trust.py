@@ -54,6 +54,7 @@ class Trust:
     flagged_until: float = 0.0   # unix time a wrong answer's hold ends (trust_flag_hold_s after it)
     last_pass_at: float | None = None
     tokens_checked: int = 0      # reference-model answers whose hash the relay recomputed and found equal
+    roll_call_tokens_checked: int = 0  # of those, roll-call answers (web/llm_checks.py: the first M all are)
     last_wrong_code: str | None = None
 
     def to_state(self) -> dict[str, Any]:
@@ -75,7 +76,7 @@ class Trust:
 
     def record(self, passed: bool, code: str, observed_gflops: float | None, now: float,
                config: RelayConfig, observed_tps: float | None = None, tokens_checked: bool = False,
-               observed_gpu_tflops: float | None = None) -> None:
+               observed_gpu_tflops: float | None = None, roll_call: bool = False) -> None:
         self._decay(now, config.trust_half_life_s)
         keep = config.trust_observed_kept
         if passed:
@@ -83,6 +84,7 @@ class Trust:
             self.passes_total += 1
             self.last_pass_at = now
             self.tokens_checked += int(tokens_checked)
+            self.roll_call_tokens_checked += int(tokens_checked and roll_call)
             if observed_gflops is not None and math.isfinite(observed_gflops):
                 self.observed_gflops = [*self.observed_gflops, observed_gflops][-keep:]
             if observed_tps is not None and math.isfinite(observed_tps):
