@@ -116,7 +116,10 @@ def test_the_table_has_the_documented_fields_and_values() -> None:
         "checks": {"gpu": rows, "sgemm": rows,
                    "links": {"catches": None, "pass_chance_one_answer": fractions, "why_null": None},
                    "llm": {"catches": None, "pass_chance_one_answer": {"roll_call": fractions, "solo": fractions},
-                           "recomputed_share": {"first_answer": None, "roll_call": None, "solo": None},
+                           "recomputed_share": {"first_answer": None, "first_roll_call_answers": None,
+                                                "roll_call": None, "solo": None},
+                           "first_roll_call_answers_recomputed": None, "fresh_key_cheater_gain": None,
+                           "fresh_key_cheater_gain_rule": None,
                            "relay_cost_share": {"roll_call": None, "solo": None}}},
         "flag": {"hold_s": None, "passes_to_verify": None}, "honest_false_reject": {"rate": None, "why_null": None},
         "method": None, "skipped_fractions": None}
@@ -124,7 +127,10 @@ def test_the_table_has_the_documented_fields_and_values() -> None:
     checks = table["checks"]
     assert checks["gpu"]["pass_chance_one_instance"] == checks["sgemm"]["pass_chance_one_instance"]
     assert checks["sgemm"]["relay_cost_share_n1024"]["products_per_instance_1"] == pytest.approx(2 * 64 / 1024**2)
-    assert checks["llm"]["recomputed_share"] == {"first_answer": 1.0, "roll_call": 0.25, "solo": 0.1}
+    assert checks["llm"]["recomputed_share"] == {"first_answer": 1.0, "first_roll_call_answers": 1.0,
+                                                 "roll_call": 0.25, "solo": 0.1}
+    assert checks["llm"]["first_roll_call_answers_recomputed"] == 16
+    assert checks["llm"]["fresh_key_cheater_gain"] == pytest.approx(1.1875)
     assert checks["llm"]["relay_cost_share"] == {"roll_call": 0.25, "solo": 0.1}
     assert checks["links"]["pass_chance_one_answer"] == fractions  # not sampled: no chance to state
     assert "factor 2 + 5 ms" in checks["links"]["catches"]

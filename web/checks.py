@@ -12,14 +12,15 @@ rows were right that counted nothing: the relay's own roll calls say how often, 
   after the opening: a row wrong in a fraction g of its entries passes with at most (1 - g)^entries.
 - gpu rows: the same rule on the GPU challenge's rows (web/gpu_challenges.py).
 - llm tokens: one wrong decode step changes the token hash, and the relay recomputes a sampled share of the
-  hashes (roll calls: `roll_call_llm_check_fraction`; solo: `challenge_llm_check_fraction`; always the first
-  one before tokens/s count at all): a node that skipped any work passes one answer with 1 - that share.
+  hashes (roll calls: all of a node's first `roll_call_llm_full_checks`, then `roll_call_llm_check_fraction`;
+  solo: the first, then `challenge_llm_check_fraction`): a node that skipped any work passes one answer with
+  1 - that share, and a cheater discarding caught keys counts at most cheat_gain x its work (web/llm_checks.py).
 - links: not sampled. A one-sided, forged or unmeasured sample moves nothing (both ends sign; the landmarks'
   triangle refuses what physics forbids and leaves the rest unconfirmed), so the odds are 0 or 1 by rule.
 
 A sampled check is only as strong as the cost of a new identity: a failed answer flags the identity for
 `trust_flag_hold_s` and a new identity counts nothing before `trust_min_passes` solo challenges and a roll
-call, each checked with the odds above (a newcomer's first hash check is never skipped).
+call, each checked with the odds above (a newcomer's first roll-call hash checks are never skipped).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from web.config import RelayConfig
+from web.llm_checks import cheat_gain
 
 SKIPPED_FRACTIONS = (0.01, 0.1, 0.5)
 
@@ -66,7 +68,12 @@ def odds(config: RelayConfig, after_deadline_rate: dict[str, Any] | None = None)
             "llm": {
                 "catches": "any decode step not run as the reference model (the token hash differs)",
                 "recomputed_share": {"roll_call": config.roll_call_llm_check_fraction,
-                                     "solo": config.challenge_llm_check_fraction, "first_answer": 1.0},
+                                     "solo": config.challenge_llm_check_fraction, "first_answer": 1.0,
+                                     "first_roll_call_answers": 1.0},
+                "first_roll_call_answers_recomputed": config.roll_call_llm_full_checks,
+                "fresh_key_cheater_gain": cheat_gain(config),
+                "fresh_key_cheater_gain_rule": "1 + (1 - p) / (p x M): M honest roll-call answers per key, then "
+                                               "random hashes until a check catches it",
                 "pass_chance_one_answer": {
                     "roll_call": {str(f): 1.0 - config.roll_call_llm_check_fraction for f in SKIPPED_FRACTIONS},
                     "solo": {str(f): 1.0 - config.challenge_llm_check_fraction for f in SKIPPED_FRACTIONS}},
