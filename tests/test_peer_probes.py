@@ -205,7 +205,9 @@ def test_an_honest_answerer_refuses_to_cosign_an_inflated_rtt(tmp_path: Path) ->
                 f for f in honest.peers.failures if "the peer proposed" in f] if honest.peers else [])
             assert "this side measured" in refused[0]
             # the liar proposes whenever it offers; when it answers, the honest offerer's figure is signed
-            assert all(e["rtt_ms"] < 20 for e in edges_of(relay, liar_key.node_id, honest_key.node_id))
+            edges = until("an edge between them (the honest side offered)", 40,
+                          lambda: edges_of(relay, liar_key.node_id, honest_key.node_id))
+            assert edges and all(e["rtt_ms"] < 20 for e in edges), edges
             assert "peer_failed" in metrics_of(relay)
         finally:
             for s in sessions:

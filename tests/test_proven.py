@@ -262,13 +262,13 @@ def shared_roll_calls(relay: RelayProcess, keys: Sequence[Identity], count: int,
     return list(until(f"{count} roll calls that challenged all {len(keys)}", within_s, enough))
 
 
-def join_verified(relay: RelayProcess, key: NodeKey, session: LiveSession) -> LiveSession:
+def join_verified(relay: RelayProcess, key: NodeKey, session: LiveSession, within_s: float = 120) -> LiveSession:
     """Starts one more identity's session and waits until its relay verified it (solo challenges, while the
     identities already verified sit idle between roll calls): the cheater's way in, one identity at a time.
     Started together, unverified identities are solo-challenged every second and slow each other down until
     they are flagged, and a roll call finds them busy: that would test nothing."""
     session.start()
-    until(f"{key.node_id[-8:]} verified at its own moment", 120,
+    until(f"{key.node_id[-8:]} verified at its own moment", within_s,
           lambda: node(relay, key)["trust"]["status"] == "verified")
     return session
 

@@ -113,11 +113,12 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
 
     sessions = [session(a.url, 0).start()]
     try:
-        alone = shared_roll_calls(a, keys[:1], 2, 180)
+        # the waits add up to 560 s, inside the 600 s per-test timeout (each takes ~10-30 s here)
+        alone = shared_roll_calls(a, keys[:1], 2, 120)
         for i, k in enumerate(keys[1:], start=1):  # each verified alone on its relay, then all share
             asker = a if i % 2 else b
-            sessions.append(join_verified(asker, k, session(asker.url, i)))
-        together = shared_roll_calls(a, keys, 2, 300)
+            sessions.append(join_verified(asker, k, session(asker.url, i), within_s=60))
+        together = shared_roll_calls(a, keys, 2, 200)
         print(f"cluster: alone {alone} vs four identities on four addresses and two relays {together}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
         machine = max(e["observed_gflops"] for e in challenges(a, keys[0]) if e.get("roll_call")
@@ -166,6 +167,8 @@ def test_identities_taking_turns_on_the_lower_relay_count_one_on_the_higher(
     until("profiles on H", 30, lambda: all(higher.get(f"/v1/nodes/{k.node_id}")[0] == 200 for k in keys))
     sessions = [join_verified(lower, k, LiveSession(lower.url, k, reactor_wasm=artifacts.reactor)) for k in keys]
     sessions[1].hello([])  # the cheater's turns: one answers, the other sits out, swapped before each roll call
+    # the first identity also holds a session on H: a node is asked by the lowest-id relay that holds it, once
+    sessions.append(LiveSession(higher.url, keys[0], reactor_wasm=artifacts.reactor).start())
     try:
         turn, first_switch, last_switch, seen = 0, None, -1, []
         calls: list[dict[str, Any]] = []
@@ -189,6 +192,15 @@ def test_identities_taking_turns_on_the_lower_relay_count_one_on_the_higher(
         assert len(calls) >= 4 and all(n == 1 for n in asked), asked  # the precondition: turns were taken
         assert max(seen) >= 1, seen  # H counts the one that answered (from L's transcripts)
         assert max(seen) <= 1, seen  # and never both
+        asked_low, asked_high = (roll_call_issued_at(r, keys[0].node_id) for r in (lower, higher))
+        assert asked_low and not asked_high, (asked_low, asked_high)  # only the lowest-id relay holding it asks
+
+        def same_board() -> bool:  # both relays count the same from the same roll call's evidence
+            boards = [r.get("/stats")[1] for r in (lower, higher)]
+            return all(b["verified_nodes"] == 1 for b in boards) and len(
+                {(b["cpu_gflops"], b["tokens_per_sec"], b["gpus"]) for b in boards}) == 1
+
+        until("the two relays agree on /stats", 20, same_board)
     finally:
         for session in sessions:
             session.stop()
@@ -313,13 +325,16 @@ def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(
         forged = [sign("LiveDigest", body, stranger),  # a stranger's digest
                   sign("LiveDigest", {**body, "relay": relay_keys[lower].node_id}, stranger)]  # a peer's name
         before = {r: metric(low, f'ce_relay_cluster_received_total{{result="{r}"}}')
-                  for r in ("invalid", "digest_old")}
+                  for r in ("invalid", "digest_old", "digest_not_a_peer")}
         for record in forged:
             published(nats.url, "ce.atlas.live-digests", record)
         published(nats.url, "ce.atlas.live-digests", genuine)  # a replay
         published(nats.url, "ce.atlas.heartbeats", {"node_id": victim.node_id, "relay": relay_keys[lower].node_id})
+        # each forgery refused: the peer's name under a stranger's signature fails its signature, and the
+        # stranger's own digest names no peer of this cluster
         until("the forgeries refused", 20, lambda: metric(low, 'ce_relay_cluster_received_total{result="invalid"}')
-              >= before["invalid"] + 1)
+              >= before["invalid"] + 1 and metric(low, 'ce_relay_cluster_received_total{result="digest_not_a_peer"}')
+              >= before["digest_not_a_peer"] + 1)
         if genuine["relay"] == relay_keys[lower].node_id:  # low ignores its own digests; the replay reaches high
             assert metric(high, 'ce_relay_cluster_received_total{result="digest_old"}') >= 1
         else:

@@ -108,16 +108,21 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     # half checked: altered transcripts (each signed afresh, so each is a new draw) pass unchecked until the
     # first one drawn fails; from then on every one is checked and refused
     sampled = desk_of(peer, node, 0.5)
+    # a challenge of its own each (a peer's transcript is taken once per challenge nonce)
+    transcripts = [sign("Transcript", own_nonce(altered(genuine), 16 + i), peer) for i in range(40)]
+    # the relay's secret chosen so that the first one is not drawn: the "believed until caught" path always
+    # runs (with a random secret it did not in about half the runs); the draws after it are the secret's own
+    sampled.challenges.secret = next(s for s in (bytes([i]) * 32 for i in range(256))
+                                     if not audit_drawn(s, transcripts[0], 0.5))
     outcomes = []
-    for at in range(40):
+    for fresh in transcripts:
         try:
-            # a challenge of its own each (a peer's transcript is taken once per challenge nonce)
-            fresh = sign("Transcript", own_nonce(altered(genuine), 16 + at), peer)
             run(sampled.challenges.apply_transcript(fresh))
             outcomes.append("believed")
         except TranscriptError as exc:
             outcomes.append(exc.code)
     first = outcomes.index("wrong_transcript")
+    assert first >= 1, outcomes  # the precondition: at least one was believed unchecked before the catch
     assert set(outcomes[:first]) <= {"believed"} and set(outcomes[first:]) == {"wrong_transcript"}, outcomes
     assert peer.node_id in sampled.challenges.audit.caught
     assert sampled.metrics.transcripts_audited == 0  # none of the checked ones passed
