@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kernels_paired import cpu_model  # noqa: E402
+from bench.relay_load import ONE_ADDRESS  # noqa: E402
 from bench.relay_sessions import Stats, register_nodes, session  # noqa: E402
 from common.keys import NodeKey, load_or_create  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         keys = [load_or_create(root / f"r{i}" / "relay.key") for i in range(2)]
-        common = ["--heartbeat-interval", str(args.heartbeat_interval), "--ip-rate", "100000"]
+        common = ["--heartbeat-interval", str(args.heartbeat_interval), "--ip-rate", "100000", *ONE_ADDRESS]
         with NatsProcess(root / "nats") as nats_server:
             relays = [RelayProcess(root / f"r{i}", *common, "--nats", nats_server.url,
                                    "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 
-from bench.relay_load import pct, post_request, run_closed_loop  # noqa: E402
+from bench.relay_load import ONE_ADDRESS, pct, post_request, run_closed_loop  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
@@ -205,7 +205,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         nats = NatsProcess(Path(tmp) / "nats").start() if args.processes > 1 else None
         cluster = ["--nats", nats.url, "--processes", str(args.processes), "--beacon-interval", "2"] if nats else []
-        relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning", *cluster)
+        relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning", *ONE_ADDRESS,
+                             *cluster)
         relay.start(timeout=60)
         if nats:
             time.sleep(5)  # every process has heard the others' rounds: the profiles cite one of them

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from websockets.asyncio.client import connect  # noqa: E402
 
+from bench.relay_load import ONE_ADDRESS  # noqa: E402
 from bench.relay_sessions import beats, cpu_s, register_nodes  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
@@ -43,7 +44,7 @@ from tests.relay_process import RelayProcess  # noqa: E402
 COVERAGE = 0.99  # share of the sessions a roll call must have challenged to be measured
 
 RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", "1", "--roll-call-interval-s", "8",
-         "--roll-call-min-gap-s", "8", "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1"]
+         "--roll-call-min-gap-s", "8", "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1", *ONE_ADDRESS]
 
 
 async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged: list[int]) -> None:

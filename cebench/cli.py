@@ -20,6 +20,7 @@ from host_runner.relay_client import RelayError, fetch_beacon, post_profile, tru
 from host_runner.ui import PhaseProgress, console, results_table
 from web.cli import relay_cmd, relay_options, serve, tls_files
 from web.config import RelayConfig
+from web.nats_auth import check as check_nats
 from web.tls import lan_address
 
 main.add_command(relay_cmd)
@@ -31,6 +32,7 @@ main.add_command(relay_cmd)
 @click.option("--no-gpu", is_flag=True)
 def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: bool) -> None:
     """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
+    check_nats(config)  # NATS credentials: read and tried before the relay starts (a one-line error)
     capsule = checked_capsule(DEFAULT_CAPSULE)
     key = load_key()
     files = tls_files(config, tls)

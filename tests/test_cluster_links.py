@@ -40,9 +40,9 @@ def browser_type_launch_args() -> dict[str, Any]:
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(3)]  # ids known before they start
-    with NatsProcess(tmp_path / "nats") as nats:
+    with NatsProcess(tmp_path / "nats", users=[f"relay-{i}" for i in range(3)]) as nats:  # each relay its user
         ports = [free_port() for _ in range(3)]
-        relays = [RelayProcess(tmp_path / f"r{i}", *OPTIONS, "--nats", nats.url,
+        relays = [RelayProcess(tmp_path / f"r{i}", *OPTIONS, *nats.relay_args(f"relay-{i}"),
                                "--public-url", f"http://127.0.0.1:{ports[i]}",
                                *[arg for j in range(3) if j != i for arg in ("--cluster-peer", keys[j].node_id)],
                                port=ports[i])
@@ -263,7 +263,8 @@ def test_sessions_move_to_another_relay_when_theirs_dies(
         cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]]) -> None:
     """Relay A is killed (SIGKILL) under three live sessions: each moves to a relay of the cluster that A's
     /v1/relays named (B or C measures it: its own edge to the node appears), the profiles A acknowledged are
-    on the others, and the nodes are online there within a minute."""
+    on the others, and the nodes are online there within 15 s (docs/manual.md: ~3 s here; the bound allows a
+    reconnect wait of up to 1.5 s and the new relay's first RTT sample on a busy machine)."""
     _, relays, keys = cluster
     for r in relays:
         r.start()
@@ -285,7 +286,7 @@ def test_sessions_move_to_another_relay_when_theirs_dies(
             return all(any(pair(k.node_id, keys[i].node_id) in edges(r) for i, r in enumerate(relays) if i)
                        and any(node_online(r, k) for r in others) for k in nodes)
 
-        until("every session measured and online on another relay", 60, moved)
+        until("every session measured and online on another relay", 15, moved)
         print(f"sessions moved in {time.monotonic() - started:.1f} s: {[s.relay_url for s in sessions]}")
         assert all(s.relay_url != a.url for s in sessions)
     finally:

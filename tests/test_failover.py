@@ -8,7 +8,10 @@ ten times the relays' share). A is killed (SIGKILL: no goodbye). Then:
 * every session moves by itself to a relay that A's `GET /v1/relays` named (each session's next relay);
 * nothing A acknowledged is lost: every profile A answered 201 for is on B and on C (replicated over NATS);
 * the scoreboard comes back: `/stats` `nodes` (live nodes, cluster-wide) on B and C is within 5% of what it
-  was before the kill, in under a minute.
+  was before the kill, in under a minute;
+* dead things stop counting: 20 more nodes live on A only (their sessions know no other relay) stop being
+  counted on B and C within 3 beacon intervals + 2 s (A's digests stop being believed) + the offline timeout
+  + one sweep of the kill, and never come back: the dip and the return are both asserted.
 
 The precondition that makes the comparison mean something: before the kill, B and C counted the 2,000 nodes
 that were live on A (A's liveness digests), so the figure that comes back is the same figure."""
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.relay_load import ONE_ADDRESS
 from bench.relay_sessions import register_nodes
 from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
@@ -42,8 +46,13 @@ BEACON_S = 1.0
 # a peer whose beacons stop counts as gone after 3 beacon intervals + 2 s (web/cluster.py alive_peers): until
 # then B and C still count A's nodes from A's last digest, so the scoreboard is judged only after that
 PEER_GONE_S = 3 * BEACON_S + 2.0 + 1.0
+STUCK = 20  # nodes whose sessions know only A: they cannot move, so B and C must stop counting them
+# ...within PEER_GONE_S (A's digests stop being believed) + the offline timeout (3 missed heartbeat intervals
+# of 2 s: a node held elsewhere was last seen at the sweep before) + one sweep (1 s) + 1 s of polling
+DEAD_GONE_S = PEER_GONE_S + 3 * 2.0 + 1.0 + 1.0
+# every session comes from 127.0.0.1 here: the per-address live limits (256 sessions, 128 KiB/s) lifted
 OPTIONS = ["--heartbeat-interval", "2", "--beacon-interval", str(BEACON_S), "--ip-rate", "100000",
-           "--node-rate", "1000"]
+           "--node-rate", "1000", *ONE_ADDRESS]
 
 
 @pytest.fixture()
@@ -63,6 +72,11 @@ def cluster(tmp_path: Path) -> Iterator[list[RelayProcess]]:
                 r.stop()
 
 
+def node_online(relay: RelayProcess, key: NodeKey) -> bool:
+    status, body, _ = relay.get(f"/v1/nodes/{key.node_id}")
+    return status == 200 and bool(body["status"]["online"])
+
+
 def live_nodes(relay: RelayProcess) -> int:
     status, body, _ = relay.get("/stats")
     return int(body["nodes"]) if status == 200 else -1
@@ -75,21 +89,23 @@ def test_a_relay_killed_under_2000_sessions_loses_nothing_and_the_scoreboard_com
           and all(row["url"] for row in a.get("/v1/relays")[1]["relays"]))
     # every one acknowledged (201): from here on never to be lost (a thread of its own: register_nodes runs an
     # event loop, and a playwright test before this one on the same worker leaves one running here)
-    pairs, _ = in_thread(register_nodes, a, SESSIONS)
-    keys = [k for k, _ in pairs]
+    pairs, _ = in_thread(register_nodes, a, SESSIONS + STUCK)
+    keys, stuck_keys = [k for k, _ in pairs][:SESSIONS], [k for k, _ in pairs][SESSIONS:]
     sessions = [LiveSession(a.url, k) for k in keys[:PRODUCT_CLIENTS]]
     fleet = Fleet([r.url for r in cluster], keys[PRODUCT_CLIENTS:])
+    stuck = Fleet([a.url], stuck_keys)
     try:
         fleet.start()
+        stuck.start()
         for s in sessions:
             s.start()
 
-        def acked() -> list[int]:
+        def acked() -> list[int]:  # the sessions that can move
             return [s.acks for s in sessions] + list(fleet.acks)
 
-        until(f"{SESSIONS} sessions live on A", 120, lambda: all(n > 0 for n in acked()))
-        until("B and C count A's live nodes", 60, lambda: min(live_nodes(b), live_nodes(c)) >= SESSIONS)
-        before = {r.url: live_nodes(r) for r in (b, c)}
+        until(f"{SESSIONS + STUCK} sessions live on A", 120, lambda: all(n > 0 for n in [*acked(), *stuck.acks]))
+        until("B and C count A's live nodes", 60, lambda: min(live_nodes(b), live_nodes(c)) >= SESSIONS + STUCK)
+        before = {r.url: live_nodes(r) - STUCK for r in (b, c)}  # what can come back: the nodes that move
         assert all(len(s.relays) == 3 for s in sessions), [s.relays for s in sessions]  # learned from A
         assert a.proc is not None
         a.proc.kill()
@@ -110,6 +126,15 @@ def test_a_relay_killed_under_2000_sessions_loses_nothing_and_the_scoreboard_com
         until("the scoreboard within 5% on B and C", COME_BACK_WITHIN_S, back)
         print(f"failover under {SESSIONS} sessions: scoreboard back in {came_back} s (before {before}, lowest "
               f"seen {min(dips)})")
+        # the nodes that could not move stopped counting (the dip) and never came back: A's last digest is
+        # believed only while A's beacons keep coming (web/cluster.py alive_peers)
+        def stuck_live() -> list[str]:
+            return [k.node_id for k in stuck_keys for r in (b, c) if node_online(r, k)]
+
+        until("the dead relay's nodes offline on B and C", max(0.1, killed + DEAD_GONE_S - time.monotonic()),
+              lambda: not stuck_live())
+        print(f"the dead relay's {STUCK} nodes offline on B and C {time.monotonic() - killed:.1f} s after the kill")
+        assert max(live_nodes(r) for r in (b, c)) <= SESSIONS, [live_nodes(r) for r in (b, c)]
 
         def off_a() -> bool:
             return all(s.relay_url != a.url for s in sessions) and all(i != 0 for i in fleet.at)
@@ -125,7 +150,9 @@ def test_a_relay_killed_under_2000_sessions_loses_nothing_and_the_scoreboard_com
         with ThreadPoolExecutor(8) as pool:
             lost = [k.node_id for k, ok in zip(keys, pool.map(kept, keys), strict=True) if not ok]
         assert not lost, f"{len(lost)} acknowledged profiles missing on B or C, e.g. {lost[:3]}"
+        assert not stuck_live(), "a node of the dead relay came back on B or C"
     finally:
         fleet.stop()
+        stuck.stop()
         with ThreadPoolExecutor(50) as pool:  # each stop waits for its session's next poll (<= 0.5 s)
             list(pool.map(lambda s: s.stop(), sessions))

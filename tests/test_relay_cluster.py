@@ -1,4 +1,5 @@
-"""Three relays on one real nats-server: shared atlas, catch-up after a restart, survival of a NATS outage."""
+"""Three relays on one real nats-server (with authorization, each relay its own user): shared atlas, catch-up
+after a restart, survival of a NATS outage."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ def serves(relay: RelayProcess, node_id: str, measured_at: int | None = None) ->
 
 
 def test_three_relays_share_one_atlas(tmp_path: Path) -> None:
-    nats = NatsProcess(tmp_path / "nats").start()
-    relays = [RelayProcess(tmp_path / f"r{i}", "--nats", nats.url, "--ip-rate", "1000").start() for i in range(3)]
+    nats = NatsProcess(tmp_path / "nats", users=[f"relay-{i}" for i in range(3)]).start()
+    relays = [RelayProcess(tmp_path / f"r{i}", *nats.relay_args(f"relay-{i}"), "--ip-rate", "1000").start()
+              for i in range(3)]
     a, b, c = relays
     try:
         _, beacon, _ = a.get("/beacon")
@@ -50,7 +52,7 @@ def test_three_relays_share_one_atlas(tmp_path: Path) -> None:
         b.stop()
         k2, p3 = sample_profile(beacon=beacon)
         assert a.post("/v1/profiles", p3)[0] == 201
-        b = relays[1] = RelayProcess(tmp_path / "r1", "--nats", nats.url, port=b.port).start()
+        b = relays[1] = RelayProcess(tmp_path / "r1", *nats.relay_args("relay-1"), port=b.port).start()
         eventually(lambda: serves(b, k2.node_id), 15, "b catching up after its restart")
 
         # stop nats-server: relays keep answering from their own store; they resync when it is back
@@ -59,7 +61,7 @@ def test_three_relays_share_one_atlas(tmp_path: Path) -> None:
         assert a.post("/v1/profiles", p4)[0] == 201
         assert serves(a, k3.node_id) and serves(b, k2.node_id) and c.get("/stats")[0] == 200
         assert not serves(b, k3.node_id)
-        nats = NatsProcess(tmp_path / "nats", port=nats.port).start()
+        nats.start()  # the same port and users
         eventually(lambda: serves(b, k3.node_id) and serves(c, k3.node_id), 30, "resync after the NATS outage")
     finally:
         for r in relays:

@@ -1,13 +1,12 @@
 """`ce-bench relay --processes N`: N real relay processes on one port (SO_REUSEPORT), members of one NATS
-cluster: connections spread over them, a profile posted to one is served by all, a process killed comes
-back with the same key, and without NATS the command refuses with a message that names the fix."""
+cluster (here an operator's nats-server with authorization, one user for all the processes): connections
+spread over them, a profile posted to one is served by all, a process killed comes back with the same key.
+Without --nats they run their own nats-server: tests/test_nats_auth.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import psutil
 from websockets.sync.client import connect
 
 from tests.nats_process import NatsProcess
-from tests.relay_process import CLI, RelayProcess, free_port
+from tests.relay_process import RelayProcess
 from tests.samples import sample_profile
 from tests.test_relay_cluster import eventually
 
@@ -44,8 +43,8 @@ def children(relay: RelayProcess) -> list[psutil.Process]:
 
 
 def test_processes_share_a_port_and_one_atlas(tmp_path: Path) -> None:
-    nats = NatsProcess(tmp_path / "nats").start()
-    relay = RelayProcess(tmp_path / "relay", "--nats", nats.url, "--processes", "2", "--ip-rate", "1000",
+    nats = NatsProcess(tmp_path / "nats", users=["relay"]).start()
+    relay = RelayProcess(tmp_path / "relay", *nats.relay_args("relay"), "--processes", "2", "--ip-rate", "1000",
                          "--beacon-interval", "1")
     try:
         relay.start(timeout=60)
@@ -84,10 +83,3 @@ def test_processes_share_a_port_and_one_atlas(tmp_path: Path) -> None:
     assert relay.proc is not None and relay.proc.returncode == 0, relay.log.read_text()[-2000:]
     assert not [p for p in last if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "a process outlived it"
 
-
-def test_processes_without_nats_are_refused_with_the_fix(tmp_path: Path) -> None:
-    done = subprocess.run([CLI, "relay", "--processes", "2", "--port", str(free_port()), "--data-dir",
-                           str(tmp_path / "relay")], capture_output=True, text=True, timeout=60, env=dict(os.environ))
-    assert done.returncode == 1, done
-    assert "--processes 2" in done.stderr and "--nats URL" in done.stderr and "Traceback" not in done.stderr
-    assert not (tmp_path / "relay").exists()  # refused before anything was written

@@ -32,10 +32,12 @@ def error(strategy: str | None, defended: bool) -> float:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_honest_error_with_liars_stays_within_1_5x_and_the_attack_is_real(strategy: str) -> None:
+def test_honest_error_with_liars_stays_within_1_05x_and_the_attack_is_real(strategy: str) -> None:
+    """docs/sdk.md: "honest nodes' median error stays within 1.05x of the liar-free run" (seeded: 0.97-0.99x
+    measured for the five strategies; 2.6-5.9x without the defence)."""
     defended, undefended = error(strategy, True) / error(None, True), error(strategy, False) / error(None, False)
     assert undefended >= 2.0, f"{strategy}: without the defence only {undefended:.2f}x worse: the attack is not real"
-    assert defended <= 1.5, f"{strategy}: with the defence {defended:.2f}x the liar-free error (target <= 1.5)"
+    assert defended <= 1.05, f"{strategy}: with the defence {defended:.2f}x the liar-free error (target <= 1.05)"
 
 
 def test_the_defence_leaves_the_honest_world_as_it_was() -> None:

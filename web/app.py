@@ -170,7 +170,15 @@ async def checks(request: Request) -> Response:
     """What each check catches, the odds that a node skipping part of its work passes one answer, the relay's
     cost, and the honest false-reject rate this relay saw (web/checks.py)."""
     relay = relay_of(request)
-    return JSONResponse(check_odds(relay.config, relay.challenges.roll.after_deadline_rate()))
+    body = check_odds(relay.config, relay.challenges.roll.after_deadline_rate())
+    config = relay.config
+    body["relay_loop_lag"] = {
+        **relay.loop_lag.summary(time.perf_counter()),
+        "forgiven": f"an answer is forgiven the relay's longest event-loop stall during its window when over "
+                    f"{config.loop_lag_allowance_min_s:g} s, at most {config.loop_lag_allowance_max_s:g} s: its "
+                    "timeouts extended by it, and a roll-call answer after the deadline by no more than it counted "
+                    "as arriving at the deadline (docs/protocol.md)"}
+    return JSONResponse(body)
 
 
 async def roll_calls(request: Request) -> Response:
@@ -257,7 +265,13 @@ async def metrics(request: Request) -> Response:
               "ce_relay_beacon_round": (relay.beacons.latest or {}).get("round", -1),
               "ce_relay_gc_full_seconds": relay.gc.last_full_s if relay.gc.last_full_s is not None else -1,
               "ce_relay_gc_frozen_objects": gc.get_freeze_count()}
-    return PlainTextResponse(relay.metrics.render(gauges), media_type="text/plain; version=0.0.4")
+    lag = relay.loop_lag.summary(time.perf_counter())
+    gauges["ce_relay_loop_lag_max_seconds"] = lag["max_s"] if lag["max_s"] is not None else -1  # the last 60 s
+    gauges["ce_relay_loop_lag_p50_seconds"] = lag["p50_s"] if lag["p50_s"] is not None else -1
+    text = relay.metrics.render(gauges) + "\n".join([
+        "# HELP ce_relay_loop_lag_seconds How late the relay's event loop woke a task that sleeps loop_lag_interval_s.",
+        "# TYPE ce_relay_loop_lag_seconds histogram", *relay.loop_lag.histogram.render("ce_relay_loop_lag_seconds")])
+    return PlainTextResponse(text + "\n", media_type="text/plain; version=0.0.4")
 
 
 async def node_page(request: Request) -> Response:

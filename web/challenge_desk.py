@@ -276,10 +276,14 @@ class ChallengeDesk:
             raise ChallengeError("replayed", "this challenge was already answered")
         raise ChallengeError("unknown_challenge", "no challenge with this id is in flight on this session")
 
-    async def on_commit(self, who: Challengee, message: dict[str, Any]) -> None:
+    async def on_commit(self, who: Challengee, message: dict[str, Any], arrived: float | None = None,
+                        lag_s: float = 0.0) -> None:
+        """`arrived`: when the frame was received (perf_counter, stamped before parsing; now if None); `lag_s`:
+        the relay's own event-loop stall since the challenge was sent (web/live_endpoint.py relay_lag)."""
         try:
             ch = self._current(who, message)
-            opening = on_commit(ch, message, time.perf_counter(), self.rng, self.config)
+            now = time.perf_counter() if arrived is None else arrived
+            opening = on_commit(ch, message, now, self.rng, self.config, lag_s)
             if opening is not None:
                 await who.send(opening)
                 return
@@ -361,10 +365,12 @@ class ChallengeDesk:
                 self._llm_checker = Reactor(self.config.reactor_wasm)
             return self._llm_checker.llm_token_hash(seed, decode)
 
-    async def on_opening(self, who: Challengee, message: dict[str, Any]) -> None:
+    async def on_opening(self, who: Challengee, message: dict[str, Any], arrived: float | None = None,
+                         lag_s: float = 0.0) -> None:
         try:
             ch = self._current(who, message)
-            opened = parse_opening(ch, message, time.perf_counter(), self.config)
+            now = time.perf_counter() if arrived is None else arrived
+            opened = parse_opening(ch, message, now, self.config, lag_s)
             ch.opened_items = message.get("rows")
             ch.checking = True
             # the recomputation (numpy, ~1 ms) runs off the event loop all the same

@@ -52,6 +52,7 @@ from capsule.challenge import (
     instance_seed,
 )
 from web.config import RelayConfig
+from web.loop_lag import lag_allowance, lag_forgiven
 
 
 @dataclass
@@ -201,13 +202,15 @@ def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, confi
 
 
 def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Random,
-              config: RelayConfig) -> dict[str, Any] | None:
-    """Takes the commitment and draws the rows to open; the open message (None for an llm challenge, which
-    has no opening). Raises ChallengeError."""
+              config: RelayConfig, lag_s: float = 0.0) -> dict[str, Any] | None:
+    """Takes the commitment (`now`: when its frame was received; `lag_s`: the relay's longest event-loop stall
+    since the challenge was sent) and draws the rows to open; the open message (None for an llm challenge,
+    which has no opening). Raises ChallengeError."""
     if ch.roots is not None or ch.token_hash is not None:
         raise ChallengeError("replayed", "this challenge was already committed")
     elapsed = now - ch.sent_at
-    if elapsed > config.challenge_commit_timeout_s:
+    allowance = lag_allowance(lag_s, config)
+    if elapsed - allowance > config.challenge_commit_timeout_s:
         raise ChallengeError("late", f"committed after {elapsed:.1f} s; the limit is "
                                      f"{config.challenge_commit_timeout_s:g} s")
     if ch.kind == "llm":
@@ -216,7 +219,8 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
                                                                               for c in token_hash):
             raise ChallengeError("malformed_commit", "expected token_ids_sha256: 64 lowercase hex digits")
         ch.token_hash = token_hash
-        ch.commit_s = net_time_s(elapsed, ch.rtt_ms, config)
+        ch.commit_s = lag_forgiven(net_time_s(elapsed, ch.rtt_ms, config), allowance, ch.roll_call is not None,
+                               config)
         return None
     roots = message.get("roots")
     if (not isinstance(roots, list) or len(roots) != len(ch.seeds)
@@ -228,7 +232,8 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
     except ValueError:
         raise ChallengeError("malformed_commit", "a root is not hex") from None
     ch.products = products
-    ch.commit_s = net_time_s(elapsed, ch.rtt_ms, config)
+    ch.commit_s = lag_forgiven(net_time_s(elapsed, ch.rtt_ms, config), allowance, ch.roll_call is not None,
+                               config)
     # rows among the committed products only: a product committed but not computed is caught with the same
     # odds as one of a full answer (web/checks.py)
     ch.rows = [(i, rng.randrange(ch.n * committed_products(ch, i))) for i in range(len(ch.seeds))
@@ -257,12 +262,12 @@ def committed_products(ch: Challenge, instance: int) -> int:
 
 
 def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
-                  config: RelayConfig) -> dict[int, dict[int, np.ndarray]]:
+                  config: RelayConfig, lag_s: float = 0.0) -> dict[int, dict[int, np.ndarray]]:
     """The opened rows, proofs checked against the commitment: {instance: {row: values}}. Cheap (hashes);
-    the recomputation (check_opened) is the expensive part. Raises ChallengeError."""
+    the recomputation (check_opened) is the expensive part. `lag_s` as for on_commit. Raises ChallengeError."""
     if ch.roots is None or ch.open_sent_at is None:
         raise ChallengeError("unknown_challenge", "no commitment to open yet")
-    if now - ch.open_sent_at > config.challenge_open_timeout_s:
+    if now - ch.open_sent_at - lag_allowance(lag_s, config) > config.challenge_open_timeout_s:
         raise ChallengeError("late", f"opened after {now - ch.open_sent_at:.1f} s")
     items = message.get("rows")
     if not isinstance(items, list) or len(items) != len(ch.rows):

@@ -73,6 +73,12 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                                  "of the scoreboard kept for /stats/history"),
     "--verify-workers": ("verify_workers", click.IntRange(0, 64), "processes verifying posted profiles beside "
                          "the event loop (0: in-process)"),
+    "--live-sessions-per-address": ("live_sessions_per_address", click.IntRange(1), "live sessions (WS /v1/live) "
+                                    "one source address may hold at once (an IPv6 /64 is one address)"),
+    "--live-bytes-per-s-per-address": ("live_bytes_per_s_per_address", click.FloatRange(1), "bytes per second "
+                                       "one source address may send over its live sessions"),
+    "--live-bytes-burst-per-address": ("live_bytes_burst_per_address", click.IntRange(1), "bytes one source "
+                                       "address may send at once over its live sessions (the byte budget's burst)"),
 }
 
 
@@ -85,6 +91,13 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULTS.data_dir,
                      show_default=True, help="SQLite store and the relay key"),
         click.option("--nats", metavar="URL", help="NATS JetStream server shared by a relay cluster"),
+        click.option("--nats-user", metavar="NAME", envvar="CE_NATS_USER",
+                     help="the NATS user this relay connects as (a user of the nats-server's authorization "
+                          "block; env CE_NATS_USER)"),
+        click.option("--nats-password-file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+                     envvar="CE_NATS_PASSWORD_FILE",
+                     help="file holding the --nats-user's password on one line, mode 0600 (or the password in "
+                          "env CE_NATS_PASSWORD; never on the command line)"),
         *[click.option(name, field, type=kind, default=getattr(DEFAULTS, field), show_default=True, help=text)
           for name, (field, kind, text) in _TUNABLES.items()],
         click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
@@ -102,11 +115,12 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]
 
     @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
-    def wrapper(host: str, port: int, data_dir: Path, nats: str | None, log_level: str, tls: bool,
-                trusted_proxies: tuple[str, ...], cluster_peers: tuple[str, ...], public_url: str | None,
-                **kwargs: Any) -> Any:
+    def wrapper(host: str, port: int, data_dir: Path, nats: str | None, nats_user: str | None,
+                nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
+                cluster_peers: tuple[str, ...], public_url: str | None, **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
-        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, public_url=public_url,
+        config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
+                             nats_password_file=nats_password_file, public_url=public_url,
                              trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers), **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 
@@ -134,6 +148,7 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
 
     from web import logs
     from web.app import create_app
+    from web.live_guard import max_frame_bytes
 
     logs.configure(log_level)
     try:
@@ -153,7 +168,11 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
             # no permessage-deflate: compressing every frame was a third of the relay's CPU at 10,000 sessions
             # (py-spy, BENCHMARKS.md), most of it the 256 KiB bandwidth probe, random and so incompressible (and
             # a compressed probe would not time the link); the JSON frames are a few hundred bytes
-            ws_per_message_deflate=False))
+            ws_per_message_deflate=False,
+            # frames beyond the largest legitimate one (a 64-instance opening) are refused by the protocol
+            # layer (close 1009) before their payload is read (web/live_guard.py)
+            ws_max_size=max_frame_bytes(config)))
+        logs.quiet_client_junk()  # after uvicorn.Config, which configures its loggers
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down gracefully for
             server.run(sockets=[sock] if sock is not None else None)
     except OSError as exc:
@@ -164,19 +183,25 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
 @relay_options
 @click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
               help="relay processes sharing the port (SO_REUSEPORT), each a member of the --nats cluster with its "
-                   "own key and store in DATA_DIR/process-I: one process holds ~1,000-5,000 live sessions per core")
+                   "own key and store in DATA_DIR/process-I (without --nats: of a nats-server started for them, "
+                   "loopback only, one user each): one process holds ~1,000-5,000 live sessions per core")
 def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) -> None:
     """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
-    from web.processes import process_configs, run_processes
+    from web.nats_auth import check
+    from web.processes import local_nats, process_configs, run_processes
 
     if processes > 1 and config.port == 0:
         raise UserError("--processes needs a fixed --port: with port 0 each process would take another port")
-    configs = process_configs(config, processes)  # checks --nats before anything is written
+    check(config)  # NATS credentials: read and tried before anything is written
+    configs, nats = local_nats(config, process_configs(config, processes))
     files = tls_files(config, tls)
     scheme = "https" if files else "http"
     where = f"{config.data_dir}" if processes == 1 else f"{config.data_dir}/process-0..{processes - 1}"
     click.echo(f"ce-bench relay on {scheme}://{config.host}:{config.port} (data in {where})", err=True)
+    if nats is not None:
+        click.echo(f"nats-server for the processes on {nats.url} (config {nats.conf}: one user per process, "
+                   "no anonymous access)", err=True)
     if processes == 1:
         serve(config, log_level, files)
     else:
-        run_processes(configs, log_level, files)
+        run_processes(configs, log_level, files, nats)

@@ -46,10 +46,11 @@ RESYNC_INTERVAL_S = 1.0
 
 
 class Cluster:
-    def __init__(self, relay: Relay, url: str, bucket: str) -> None:
+    def __init__(self, relay: Relay, url: str, bucket: str, auth: dict[str, str] | None = None) -> None:
         self.relay = relay
         self.url = url
         self.bucket = bucket
+        self.auth = auth or {}  # nats.connect's user and password (web/nats_auth.py credentials)
         self.nc: Any = None
         self.kv: Any = None
         self.kv_links: Any = None  # the link samples' bucket (key "a.b"): a relay that starts later catches up
@@ -69,7 +70,7 @@ class Cluster:
         self.nc = await nats.connect(
             self.url, name=f"ce-relay-{self.relay.relay_id[-8:]}", connect_timeout=2, reconnect_time_wait=0.5,
             max_reconnect_attempts=-1, allow_reconnect=True, error_cb=self._on_error,
-            disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected)
+            disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected, **self.auth)
         await self.nc.subscribe(SUBJECT_PROFILES, cb=self._on_profile_message)
         await self.nc.subscribe(SUBJECT_DIGESTS, cb=self._on_digest_message)
         await self.nc.subscribe(SUBJECT_BEACONS, cb=self._on_beacon_message)

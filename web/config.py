@@ -13,6 +13,13 @@ class RelayConfig:
     data_dir: Path = Path("ce-relay-data")
     # NATS server URL for a relay cluster (None: this relay stands alone on its SQLite store).
     nats_url: str | None = None
+    # The NATS user this relay connects as (web/nats_auth.py): a user of the nats-server's authorization block,
+    # its password read from nats_password_file (one line, mode 0600) or the CE_NATS_PASSWORD environment
+    # variable, never from the command line (`ps` shows that to every local user). None: no credentials, which
+    # only a server without authorization accepts, and there anyone who connects may publish records on the
+    # relays' subjects.
+    nats_user: str | None = None
+    nats_password_file: Path | None = None
     # Where nodes reach this relay (http[s]://HOST:PORT), announced in its live digests: the nodes of the
     # other relays of the cluster probe it as a landmark (WS /v1/probe). None: not announced.
     public_url: str | None = None
@@ -74,6 +81,15 @@ class RelayConfig:
     # Per node: profiles per minute and burst; a node re-benchmarks rarely.
     node_rate_per_min: float = 6.0
     node_burst: int = 3
+    # WS /v1/live, per source address (an IPv6 /64 counts as one address: web/live_guard.py). Live sessions
+    # open at once: far above one household, since a carrier-grade NAT puts many phones behind one IPv4 address.
+    live_sessions_per_address: int = 256
+    # Bytes per second an address may send over all its live sessions, and their burst (bytes). The largest
+    # legitimate frame is a 64-instance SGEMM opening, 1.64 MB (web/live_guard.py max_opening_bytes): the
+    # burst holds five, and the rate pays one back in 13 s (roll calls are >= 100 s apart). Over it, the
+    # session is closed (1013) and new ones are refused (HTTP 429) until the debt is paid back.
+    live_bytes_per_s_per_address: float = 128 * 1024
+    live_bytes_burst_per_address: int = 8 * 1024 * 1024
 
     # Links between two nodes are checked against the relay's own RTT to each (the triangle inequality):
     # refused above factor * (rtt_a + rtt_b) + slack; unconfirmed below (|rtt_a - rtt_b| - slack) / factor
@@ -214,6 +230,15 @@ class RelayConfig:
     # 1 + (1 - p) / (p x M) of the work it does (p the fraction above): 1.1875x at M = 16, p = 0.25
     # (web/llm_checks.py derives it; tests/test_llm_checks.py runs that cheater).
     roll_call_llm_full_checks: int = 16
+    # The relay's own event-loop lag never counts against a node (web/loop_lag.py: a task wakes every
+    # loop_lag_interval_s, s, and records how late it woke). Where the longest stall during an answer's window
+    # exceeds loop_lag_allowance_min_s (timer noise is ~1 ms), the answer's timeouts are extended by it, and a
+    # roll-call answer after the deadline by no more than it counts as arriving at the deadline
+    # (web/loop_lag.py lag_forgiven). At most loop_lag_allowance_max_s is forgiven: 40% of the 1.25 s
+    # deadline, so a node that could make the relay stall gains at most that much time.
+    loop_lag_interval_s: float = 0.05
+    loop_lag_allowance_min_s: float = 0.05
+    loop_lag_allowance_max_s: float = 0.5
 
     # Trust (web/trust.py). Counters halve every trust_half_life_s.
     trust_half_life_s: float = 6 * 3600.0

@@ -12,6 +12,8 @@ relay -> node  a binary frame of BW_PROBE_BYTES, now and then (randomised): the 
 node -> relay  {"type": "bw_ack", "n": BYTES}   at once; bw = 8 n / (time to ack - RTT)
 relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a fresh profile
 relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after MAX_ERRORS, the relay closes (1008)
+relay closes   1009: a frame beyond the largest legitimate one; 1013: the source address sent more than its byte
+               budget (web/live_guard.py); a session over its address's limits is refused with HTTP 429
 node -> relay  {"type": "hello", "answers": ["sgemm"]} ... challenges: web/challenges.py has that protocol
 node -> relay  {"type": "peers", "transports": ["webrtc"]} ... node-to-node probes: web/peer_probes.py
 
@@ -36,9 +38,9 @@ MAX_MESSAGE_BYTES = 4096
 # A commitment names one 64-hex-digit root per instance: 64 instances (challenge_max_instances) take ~4.3 KB,
 # which the 4 KiB limit refused, so no 64-instance challenge could ever be answered.
 MAX_COMMIT_BYTES = 8 * 1024
-# A challenge's opening: 2 rows x 64 instances x 2048 fp32 (MAX_N) in base64 is 1.4 MB, plus proofs (the
-# 512 KiB once set here refused the opening of every 64-instance challenge at n >= 1024).
-MAX_OPENING_BYTES = 2 * 1024 * 1024
+# A challenge's opening may be larger (2 rows x 64 instances x 2048 fp32 in base64, plus proofs: 1.64 MB; the
+# 512 KiB once set here refused the opening of every 64-instance challenge at n >= 1024): web/live_guard.py
+# max_opening_bytes, checked with every other frame's size before it is parsed (web/live_guard.py screen).
 RTT_EWMA_ALPHA = 0.2  # weight of a new RTT sample (TCP's SRTT uses 1/8; pings here are sparser)
 
 
@@ -207,9 +209,8 @@ class Session:
 
 
 def parse_message(text: str | bytes) -> dict[str, Any]:
-    """One message; only a challenge's opening (rows of a product) may exceed MAX_MESSAGE_BYTES."""
-    if len(text) > MAX_OPENING_BYTES:
-        raise LiveError("message_too_large", f"{len(text)} bytes; at most {MAX_OPENING_BYTES}")
+    """One message, once web/live_guard.py screen let its frame in (its size and type are checked there before
+    anything is parsed); only a challenge's opening (rows of a product) may exceed MAX_MESSAGE_BYTES."""
     try:
         message = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):

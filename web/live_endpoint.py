@@ -1,6 +1,9 @@
 """WS /v1/live as module-level Starlette handlers over the pure protocol of web/live.py: receive a frame,
 let the Session judge it, carry out what it says against the relay, send the answer. One handler per
-message type; a bad message gets an error frame and the session goes on (until MAX_ERRORS)."""
+message type; a bad message gets an error frame and the session goes on (until MAX_ERRORS). Before any of
+that, web/live_guard.py: sessions and bytes per source address, and each frame's size for its type, read
+before it is parsed. A frame's arrival is stamped as soon as receive() returns, before parsing or any other
+await: answers and pongs are timed from it."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from web.challenge_desk import Challengee
-from web.live import BW_PROBE_BYTES, LiveError, Session, parse_message
+from web.live import BW_PROBE_BYTES, MAX_ERRORS, LiveError, Session, parse_message
+from web.live_guard import Refusal, address_key, close_reason, screen
 from web.problems import Problem
 from web.relay import Relay
 
@@ -29,6 +33,8 @@ class Connection:
     session: Session
     probe_rng: random.Random = field(default_factory=random.Random)
     challengee: Challengee | None = None  # set once the node said hello (it answers challenges)
+    address: str = "unknown"  # what the per-address limits count (web/live_guard.py address_key)
+    arrived: float = 0.0  # perf_counter when the frame being handled was received, before it was parsed
 
     async def send(self, message: dict[str, Any] | str) -> None:
         """Sends from outside the receive loop (the challenge desk; a roll call passes JSON text it encoded
@@ -60,7 +66,7 @@ def answering_a_challenge(conn: Connection) -> bool:
 
 async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     relay, session = conn.relay, conn.session
-    rtt = session.pong(message.get("id"), time.perf_counter(), answering_a_challenge(conn))
+    rtt = session.pong(message.get("id"), conn.arrived, answering_a_challenge(conn))
     if session.node_id:
         relay.atlas.heartbeat(session.node_id, time.time(), rtt)
     if conn.challengee is not None:  # the median: a node cannot buy time with a few delayed pongs
@@ -71,7 +77,7 @@ async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
 
 
 async def on_bw_ack(conn: Connection, message: dict[str, Any]) -> None:
-    conn.session.bw_ack(message.get("n"), time.perf_counter())
+    conn.session.bw_ack(message.get("n"), conn.arrived)
 
 
 async def on_cosigned(conn: Connection, message: dict[str, Any]) -> None:
@@ -102,12 +108,28 @@ def challengee(conn: Connection) -> Challengee:
     return conn.challengee
 
 
+def relay_lag(conn: Connection, since: float | None) -> float:
+    """The relay's longest event-loop stall from `since` (when the relay sent what is being answered) to this
+    frame's arrival: what the answer is forgiven (web/loop_lag.py lag_allowance)."""
+    return conn.relay.loop_lag.worst_between(since, conn.arrived) if since is not None else 0.0
+
+
 async def on_commit(conn: Connection, message: dict[str, Any]) -> None:
-    await conn.relay.challenges.on_commit(challengee(conn), message)
+    who = challengee(conn)
+    lag = relay_lag(conn, who.challenge.sent_at if who.challenge else None)
+    await conn.relay.challenges.on_commit(who, message, conn.arrived, lag)
 
 
 async def on_opening(conn: Connection, message: dict[str, Any]) -> None:
-    await conn.relay.challenges.on_opening(challengee(conn), message)
+    who = challengee(conn)
+    lag = relay_lag(conn, who.challenge.open_sent_at if who.challenge else None)
+    await conn.relay.challenges.on_opening(who, message, conn.arrived, lag)
+
+
+def opening_due(conn: Connection) -> bool:
+    """Whether the relay waits for an opening on this session: the only frame that may be large."""
+    ch = conn.challengee.challenge if conn.challengee is not None else None
+    return ch is not None and ch.open_sent_at is not None and not ch.checking
 
 
 async def on_peers(conn: Connection, message: dict[str, Any]) -> None:
@@ -154,18 +176,64 @@ async def pinger(conn: Connection) -> None:
             await conn.ws.send_bytes(BW_PROBE_PAYLOAD)
 
 
-async def receive_message(ws: WebSocket) -> dict[str, Any]:
-    """The next message; a binary frame is parsed like text (JSON or LiveError), never a dead session."""
-    frame = await ws.receive()
+class OverBudget(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
+
+
+async def receive_message(conn: Connection) -> dict[str, Any]:
+    """The next message; a binary frame is parsed like text (JSON or LiveError), never a dead session.
+    Raises OverBudget when the address has sent more than its bytes."""
+    frame = await conn.ws.receive()
+    conn.arrived = time.perf_counter()  # first: an answer's time is when it came, not when it was parsed
+    guard = conn.relay.live_guard
     if frame["type"] == "websocket.disconnect":
+        if frame.get("code") == 1009:  # the protocol layer refused a frame beyond the largest legitimate one
+            conn.relay.metrics.live_refused["frame_too_large"] += 1
+            guard.charge(conn.address, guard.max_frame, time.monotonic())
         raise WebSocketDisconnect(frame.get("code", 1000))
-    return parse_message(frame.get("text") or frame.get("bytes") or b"")
+    data = frame.get("text") or frame.get("bytes") or b""
+    refusal = guard.charge(conn.address, len(data), time.monotonic())
+    if refusal is not None:
+        raise OverBudget(refusal)
+    try:
+        screen(data, opening_due(conn), guard.max_opening)
+    except LiveError as exc:
+        conn.relay.metrics.live_refused[exc.code] += 1
+        raise
+    return parse_message(data)
+
+
+async def refuse(ws: WebSocket, refusal: Refusal) -> None:
+    """A session refused for its address's limits: HTTP 429 with the reason before the upgrade (cheap: no
+    session), or where the server cannot answer so, accepted and closed at once (1013, try again later)."""
+    problem = Problem(429, refusal.code, "over this address's live-session limits", refusal.detail,
+                      headers={"retry-after": str(max(1, round(refusal.retry_after_s)))})
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        await ws.send_denial_response(problem.response())
+        return
+    await ws.accept()
+    await ws.close(code=1013, reason=close_reason(f"{refusal.code}: {refusal.detail}"))
 
 
 async def live(ws: WebSocket) -> None:
     relay: Relay = ws.app.state.relay
-    await ws.accept()
-    conn = Connection(ws, relay, Session(relay.new_session_id()))
+    address = address_key(ws.client.host if ws.client else "unknown")
+    refusal = relay.live_guard.admit(address, time.monotonic())
+    if refusal is not None:
+        relay.metrics.live_refused[refusal.code] += 1
+        await refuse(ws, refusal)
+        return
+    try:
+        await ws.accept()
+        await session(Connection(ws, relay, Session(relay.new_session_id()), address=address))
+    finally:
+        relay.live_guard.leave(address)
+
+
+async def session(conn: Connection) -> None:
+    ws, relay = conn.ws, conn.relay
     relay.metrics.ws_sessions += 1
     await ws.send_json({"type": "welcome", "relay": relay.relay_id, "session": conn.session.session,
                         "heartbeat_interval_s": relay.config.heartbeat_interval_s})
@@ -173,7 +241,7 @@ async def live(ws: WebSocket) -> None:
     try:
         while True:
             try:
-                message = await receive_message(ws)
+                message = await receive_message(conn)
                 handler = HANDLERS.get(message["type"])
                 if handler is None:
                     raise LiveError("unknown_type", f"unknown message type {message['type'][:40]!r}")
@@ -182,8 +250,14 @@ async def live(ws: WebSocket) -> None:
                 frame, close = conn.session.refuse(exc)
                 await ws.send_json(frame)
                 if close:
-                    await ws.close(code=1008, reason="too many invalid messages")
+                    await ws.close(code=1008, reason=close_reason(f"{MAX_ERRORS} invalid messages; the last: "
+                                                                  f"{frame['code']}"))
                     return
+    except OverBudget as over:
+        relay.metrics.live_refused[over.refusal.code] += 1
+        await conn.send({"type": "error", "code": over.refusal.code, "detail": over.refusal.detail})
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await ws.close(code=1013, reason=close_reason(f"{over.refusal.code}: {over.refusal.detail}"))
     except WebSocketDisconnect:
         pass
     finally:

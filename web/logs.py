@@ -26,3 +26,18 @@ def configure(level: str = "info") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+class ClientJunkFilter(logging.Filter):
+    """uvicorn logs a client's text frame that is not UTF-8 with a stack trace (logger.exception): client
+    junk, not a relay fault, so one warning line without the trace."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.getMessage().startswith("Invalid UTF-8"):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_client_junk() -> None:
+    logging.getLogger("uvicorn.error").addFilter(ClientJunkFilter())

@@ -42,6 +42,7 @@ class Metrics:
         self.cluster_sent = Counter[str]()      # records this relay published, by kind
         self.peer_probes = Counter[str]()       # node-to-node probes: brokered, measured, and why others ended
         self.transcripts_audited = 0            # peer relays' transcripts whose work this relay re-checked
+        self.live_refused = Counter[str]()      # WS /v1/live frames and sessions refused, by code (web/live_guard.py)
 
     def render(self, gauges: dict[str, float]) -> str:
         lines = ["# HELP ce_relay_ingest_total Profiles posted, by result code.",
@@ -62,6 +63,9 @@ class Metrics:
         lines += ["# HELP ce_relay_peer_probes_total Node-to-node probes brokered, and how each ended.",
                   "# TYPE ce_relay_peer_probes_total counter"]
         lines += [f'ce_relay_peer_probes_total{{outcome="{k}"}} {n}' for k, n in sorted(self.peer_probes.items())]
+        lines += ["# HELP ce_relay_live_refused_total Live frames refused unparsed and sessions refused or closed "
+                  "for their address's limits, by code.", "# TYPE ce_relay_live_refused_total counter"]
+        lines += [f'ce_relay_live_refused_total{{code="{k}"}} {n}' for k, n in sorted(self.live_refused.items())]
         for name, value in gauges.items():
             lines += [f"# TYPE {name} gauge", f"{name} {value}"]
         return "\n".join(lines) + "\n"

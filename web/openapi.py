@@ -101,9 +101,11 @@ def document() -> dict[str, Any]:
                     "400": problem("bad parameter")}}},
             "/v1/checks": {"get": {
                 "summary": "Each check's catch, the chance a node skipping 1%, 10% or 50% of its work passes one "
-                           "answer, the relay's cost share, and the honest false-reject rate seen here",
+                           "answer, the relay's cost share, the honest false-reject rate seen here, and this "
+                           "relay's own event-loop lag (which never counts against a node)",
                 "responses": {"200": json_ok("the odds", {"type": "object", "properties": {
-                    "checks": {"type": "object"}, "honest_false_reject": {"type": "object"}}})}}},
+                    "checks": {"type": "object"}, "honest_false_reject": {"type": "object"},
+                    "relay_loop_lag": {"type": "object"}}})}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

@@ -31,6 +31,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from web.live import SAMPLES_PER_LINK, LiveError, Session, parse_message
+from web.live_guard import screen
 from web.problems import Problem
 from web.relay import Relay
 
@@ -42,7 +43,9 @@ async def _next(ws: WebSocket, timeout_s: float, expected: str) -> dict[str, Any
         raise LiveError("late", f"no {expected} within {timeout_s:g} s") from None
     if frame["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(frame.get("code", 1000))
-    message = parse_message(frame.get("text") or frame.get("bytes") or b"")
+    data = frame.get("text") or frame.get("bytes") or b""
+    screen(data, False, 0)  # sized before it is parsed: no probe message is large (web/live_guard.py)
+    message = parse_message(data)
     if message["type"] != expected:
         raise LiveError("unexpected_message", f"expected {expected}, got {str(message['type'])[:40]!r}")
     return message

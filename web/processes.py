@@ -4,8 +4,10 @@ Why: one relay process's event loop saturates one core near 10,000 live sessions
 live sessions"). Each process binds the port with SO_REUSEPORT, so the kernel spreads new connections over
 them, and each is a full member of the NATS cluster with its own key and store (DATA_DIR/process-I) that
 names the others as cluster peers: the cluster's rules (one trust, roll calls led by the lowest id, signed
-live digests, shared link samples) hold between the processes as between machines. A process that dies
-is started again; its sessions reconnect to the port (another process takes them meanwhile)."""
+live digests, shared link samples) hold between the processes as between machines. Without --nats they
+share a nats-server started here, on loopback, with one user per process and no anonymous access
+(web/nats_local.py). A process that dies is started again, and so is that nats-server; sessions reconnect
+to the port (another process takes them meanwhile)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from types import FrameType
 from common.errors import UserError
 from common.keys import load_or_create
 from web.config import RelayConfig
+from web.nats_local import LocalNats
 
 log = logging.getLogger("ce_bench.relay")
 
@@ -39,9 +42,6 @@ def process_configs(config: RelayConfig, processes: int) -> list[RelayConfig]:
     """One RelayConfig per process: its own data directory (key, store) and every other process, beside the
     operator's --cluster-peer relays, as a cluster peer. Keys are made here, before any process starts, so
     each knows the others' ids from its first moment."""
-    if processes > 1 and not config.nats_url:
-        raise UserError(f"--processes {processes}: the processes share one atlas over NATS; give --nats URL "
-                        "(a nats-server with JetStream: .venv/bin/nats-server -js -sd DIR)")
     if processes == 1:
         return [config]
     ids = [load_or_create(process_dir(config, i) / "relay.key").node_id for i in range(processes)]
@@ -76,8 +76,18 @@ def _child(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None) -
         raise SystemExit(2) from None
 
 
-def run_processes(configs: list[RelayConfig], log_level: str, tls: tuple[Path, Path] | None) -> None:
-    """Runs one relay per config until SIGTERM or SIGINT, restarting a process that dies."""
+def local_nats(config: RelayConfig, configs: list[RelayConfig]) -> tuple[list[RelayConfig], LocalNats | None]:
+    """Without --nats, the nats-server of these processes (not started yet) and their configs pointed at it."""
+    if len(configs) == 1 or config.nats_url:
+        return configs, None
+    nats = LocalNats(config.data_dir, config.nats_bucket)
+    return nats.prepare(configs), nats
+
+
+def run_processes(configs: list[RelayConfig], log_level: str, tls: tuple[Path, Path] | None,
+                  nats: LocalNats | None = None) -> None:
+    """Runs one relay per config until SIGTERM or SIGINT, restarting a process that dies (and the processes'
+    own nats-server, when given: started first, stopped last)."""
     context = multiprocessing.get_context("spawn")
     stopping = False
 
@@ -90,6 +100,8 @@ def run_processes(configs: list[RelayConfig], log_level: str, tls: tuple[Path, P
         nonlocal stopping
         stopping = True
 
+    if nats is not None:
+        nats.start()
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     procs = [start(i) for i in range(len(configs))]
     started = [time.monotonic()] * len(procs)
@@ -97,6 +109,9 @@ def run_processes(configs: list[RelayConfig], log_level: str, tls: tuple[Path, P
     try:
         while not stopping:
             time.sleep(0.2)
+            if nats is not None and nats.died() and not stopping:  # the relays serve from their stores meanwhile
+                log.error("the processes' nats-server exited; starting it again (log: %s)", nats.log)
+                nats.start()
             for i, proc in enumerate(procs):
                 if proc.is_alive() or stopping:
                     continue
@@ -118,5 +133,7 @@ def run_processes(configs: list[RelayConfig], log_level: str, tls: tuple[Path, P
             proc.join(timeout=10)  # within what a service manager waits before SIGKILL
             if proc.is_alive():
                 proc.kill()
+        if nats is not None:
+            nats.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -22,6 +22,8 @@ from web.config import RelayConfig
 from web.gc_policy import GcPolicy
 from web.ingest import BeaconBook, Ingest, parse_json
 from web.links import LinkBook, fitted_book
+from web.live_guard import AddressGuard
+from web.loop_lag import LoopLag
 from web.metrics import Metrics
 from web.peer_desk import PeerDesk
 from web.problems import Problem
@@ -45,6 +47,8 @@ class Relay:
         self.beacons = BeaconBook(self.relay_id, config.beacon_keep_rounds)
         self.ingest = Ingest(config, self.atlas, self.beacons)
         self.ip_limits = TokenBuckets(config.ip_rate_per_s, config.ip_burst)
+        self.live_guard = AddressGuard(config)  # WS /v1/live: frame limits, sessions and bytes per address
+        self.loop_lag = LoopLag(config.loop_lag_interval_s)  # this relay's own event-loop lag
         self.metrics = Metrics()
         self.links = LinkBook(self.relay_id, config)
         self.verifier = VerifyPool(config.verify_workers)
@@ -99,12 +103,14 @@ class Relay:
                        asyncio.create_task(self._every(self.config.landmark_mesh_interval_s, self.probe_peer_relays)),
                        asyncio.create_task(self._every(self.config.stats_history_interval_s, self.sample_stats)),
                        asyncio.create_task(self._every(self.config.link_refit_interval_s, self.refit_links)),
-                       asyncio.create_task(self._every(self.config.gc_freeze_interval_s, self._collect))]
+                       asyncio.create_task(self._every(self.config.gc_freeze_interval_s, self._collect)),
+                       asyncio.create_task(self.loop_lag.run())]
         await self.sample_stats()
         if self.config.nats_url:
             from web.cluster import Cluster
+            from web.nats_auth import credentials
 
-            self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket)
+            self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket, credentials(self.config))
             await self.cluster.start()
         log.info("relay started", extra={"relay": self.relay_id, "profiles_loaded": loaded,
                                          "store": self.store.durability(),
