@@ -29,6 +29,7 @@ from tests.relay_process import CLI, RelayProcess, free_port
 from tests.samples import sample_profile
 from tests.test_promises_relay import metric
 from tests.test_relay_cluster import eventually
+from tests.threaded import in_thread
 from web import cluster
 from web.config import RelayConfig
 from web.nats_auth import RELAY_SUBJECTS, relay_permissions
@@ -119,19 +120,21 @@ def test_only_relay_credentials_reach_the_relays_subjects_and_the_relays_form_a_
                            "a landmark link sample put in the bucket and sent on the subject")
 
             # no credentials, wrong ones: refused at connect; nothing reaches b
-            assert "Authorization Violation" in str(asyncio.run(forge(server.url)))
-            wrong = asyncio.run(forge(server.url, user="relay-a", password="not-the-password"))
+            assert "Authorization Violation" in str(in_thread(asyncio.run, forge(server.url)))
+            wrong = in_thread(asyncio.run, forge(server.url, user="relay-a", password="not-the-password"))
             assert "Authorization Violation" in str(wrong)
-            unknown = asyncio.run(forge(server.url, user="listener", password=server.passwords["relay-a"]))
+            unknown = in_thread(asyncio.run, forge(server.url, user="listener",
+                                                   password=server.passwords["relay-a"]))
             assert "Authorization Violation" in str(unknown)
             assert metric(b, INVALID) == 0
             # the control: the same code with a relay's credentials publishes on the subject b listens to
-            assert asyncio.run(forge(server.url, user="relay-a", password=server.passwords["relay-a"])) is None
+            assert in_thread(asyncio.run, forge(server.url, user="relay-a",
+                                                password=server.passwords["relay-a"])) is None
             eventually(lambda: metric(b, INVALID) >= 1, 10, "the forged record reaching b (control)")
             time.sleep(1.0)
             assert metric(b, INVALID) == 1  # only the control's record arrived
             # a relay user may not delete what the cluster keeps
-            refused = asyncio.run(delete_bucket(server.url, "relay-a", server.passwords["relay-a"]))
+            refused = in_thread(asyncio.run, delete_bucket(server.url, "relay-a", server.passwords["relay-a"]))
             assert refused is not None, "a relay user deleted the bucket"
         finally:
             for relay in relays.values():
@@ -198,9 +201,9 @@ def test_processes_run_their_own_nats_server_that_refuses_anonymous_clients(tmp_
             assert oct(path.stat().st_mode & 0o777) == "0o600"
             passwords[f"relay-{i}"] = path.read_text().strip()
             assert f'user: "relay-{i}"' in conf
-        assert "Authorization Violation" in str(asyncio.run(forge(url)))
+        assert "Authorization Violation" in str(in_thread(asyncio.run, forge(url)))
         # the control: process 0's credentials publish on the relays' subject (and the processes count it)
-        assert asyncio.run(forge(url, user="relay-0", password=passwords["relay-0"])) is None
+        assert in_thread(asyncio.run, forge(url, user="relay-0", password=passwords["relay-0"])) is None
 
         eventually(lambda: len({r["relay"] for r in relay.get("/v1/relays")[1]["relays"]}) == 2, 30,
                    "both processes in /v1/relays")
