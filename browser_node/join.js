@@ -89,9 +89,13 @@ async function measure(py, key, nodeId) {
     .then((results) => results.map((r) => r.report));
   const isolated = self.crossOriginIsolated === true;
   const heavyStart = performance.now();
-  // STREAM arrays as large as the device can spare (3 per worker), reported in the evidence
+  // STREAM arrays as large as the device can spare (3 per worker). STREAM's rule (each array >= 4x the
+  // last-level cache) cannot be checked here: a page cannot read the cache size. So triad is measured at two
+  // sizes, this one and a quarter of it, and the larger array's figure is reported (evidence.cpu.mem_bw_gbps
+  // .array_sizing names both): the smaller one shows how much of the figure a cache could be giving.
   const mib = (navigator.deviceMemory || 4) >= 8 ? 64 : (navigator.deviceMemory || 4) >= 4 ? 32 : 16;
-  let concurrent, chosen, curve = [], cpuNotes = [];
+  const smallMib = Math.max(1, mib / 4);
+  let concurrent, chosen, curve = [], cpuNotes = [], streamSizing = null;
   try {
     concurrent = await phase("cpu", async () => {
       let k;
@@ -106,6 +110,13 @@ async function measure(py, key, nodeId) {
         "--budget-ms", String(WHOLE_BUDGET_MS), "--soft-budget", "--sgemm-n", String(SGEMM_N),
         "--stream-mib", String(mib), "--stream-triad-only"]);
       if (reports.some((r) => throttled(r.probes.sgemm.samples || []))) cpuNotes.push("throughput dropped sharply during the run (thermal throttling?)");
+      if (probes.includes("stream")) {
+        const small = await runAll(await pool(chosen), (i) => ["--probes", "stream", "--seed", py.instanceSeed(plan.seed, i),
+          "--budget-ms", String(STEP_BUDGET_MS * 2), "--soft-budget", "--stream-mib", String(smallMib), "--stream-triad-only"]);
+        streamSizing = { arrays: [{ array_mib: smallMib, triad_gbps: py.windowRate(small, "stream") },
+                                  { array_mib: mib, triad_gbps: py.windowRate(reports, "stream") }],
+                         reported_array_mib: mib, instances: chosen };
+      }
       return reports;
     });
     const solo = await phase("solo", async () => (await runAll(await pool(1), () => ["--probes", "sgemm,llm",
@@ -131,6 +142,7 @@ async function measure(py, key, nodeId) {
                  kind: "browser", docker: false, gvisor: false, wasm: true,
                  engine: brand ? `${brand.brand} ${brand.version}` : navigator.userAgent.slice(0, 120) },
       concurrent, solo, scaling: curve.map(([k, rate]) => ({ instances: k, gflops_fp32: rate === null ? null : Math.round(rate * 1000) / 1000 })),
+      stream_sizing: streamSizing,
       evidence: {
         gpus: gpu.evidence || [], gpu_notes: gpu.notes, cpu_notes: cpuNotes,
         plan: { seed: plan.seed, order: plan.order, beacon_source: "relay (this page's origin)" },

@@ -381,6 +381,14 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         assert status == 200 and node["profile"] == profile and node["status"]["online"] is True
         assert profile["runtime"]["kind"] == "browser" and profile["cpu"]["gflops_fp32"] > 0
         assert profile["cpu"]["mem_bw_gbps"] > 0 and profile["llm"]["tokens_per_sec"] > 0
+        # STREAM where the cache size cannot be read: two array sizes, the larger one's figure reported
+        sizing = profile["evidence"]["cpu"]["mem_bw_gbps"]["array_sizing"]
+        small, large = sizing["arrays"]
+        assert large["array_mib"] == 4 * small["array_mib"] == sizing["reported_array_mib"], sizing
+        assert large["array_mib"] == profile["evidence"]["cpu"]["mem_bw_gbps"]["array_mib"], sizing
+        assert small["triad_gbps"] > 0 and large["triad_gbps"] == pytest.approx(profile["cpu"]["mem_bw_gbps"],
+                                                                                 rel=1e-3), sizing
+        assert sizing["cache"] is None and sizing["cache_null_reason"] and sizing["reading"], sizing
         assert profile["storage"]["write_mbps"] > 0, profile["evidence"]["storage"]
         assert profile["memory"]["available_mb"] is None  # not exposed to pages: null, never a guess
         gpu, gev = profile["gpus"][0], profile["evidence"]["gpus"][0]
