@@ -26,6 +26,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 import build  # noqa: E402  (the repository's build script)
 
+
+def _apply_config_mutant(spec: str) -> None:
+    """scripts/config_mutants.py: "module:Class:field:repr(value)" changes that field's default for every
+    instance built in this process (the dataclass __init__'s default argument)."""
+    import ast
+    import importlib
+    import inspect
+
+    module, cls, name, value = spec.split(":", 3)
+    klass = getattr(importlib.import_module(module), cls)
+    init = klass.__init__
+    params = list(inspect.signature(init).parameters)[1:]
+    defaults = list(init.__defaults__ or ())
+    index = params.index(name) - (len(params) - len(defaults))
+    defaults[index] = ast.literal_eval(value)
+    init.__defaults__ = tuple(defaults)
+
+
+if os.environ.get("CE_CONFIG_MUTANT"):
+    _apply_config_mutant(os.environ["CE_CONFIG_MUTANT"])
+
 # Two tests at a time (scripts/test runs pytest-xdist with two workers), except those marked `alone`: they
 # measure CPU, memory, network or challenge figures against bounds, answer roll calls within a deadline, or
 # drive a browser through a Pyodide join, and a second test beside them would move what they measure. The

@@ -105,6 +105,19 @@ def test_verified_needs_2_passes_one_within_30_min_and_a_claim_within_2x() -> No
     assert t.judge(80.5, 20.0, CONFIG)[0] == "unverified"              # beyond 2x: not believed, not flagged
 
 
+def test_three_late_replies_at_once_flag_and_two_do_not() -> None:
+    """"late, unknown_challenge, replayed weigh a third each (0.34)": a decayed failure weight of 1 flags, so three
+    at once flag and two do not (web/config.py trust_flag_failures)."""
+    two, three = Trust(decayed_at=0.0), Trust(decayed_at=0.0)
+    for t, n in ((two, 2), (three, 3)):
+        for _ in range(3):
+            t.record(True, "passed", 40.0, 0.0, CONFIG)
+        for _ in range(n):
+            t.record(False, "late", None, 1.0, CONFIG)
+    assert two.judge(40.0, 1.0, CONFIG)[0] == "verified"
+    assert three.judge(40.0, 1.0, CONFIG)[0] == "flagged"
+
+
 def test_a_wrong_answer_flags_for_24_h_and_failures_halve_every_6_h() -> None:
     t = Trust(decayed_at=0.0)
     for at in (0.0, 1.0, 2.0):
