@@ -54,12 +54,14 @@ export const relaySigned = (sample, py) => signedBy(sample, "sig_b", sample.b, p
 // a hidden tab says so (hello without answers) and is not challenged: no heavy work in the background.
 // The session stays with the relay that served the page while it answers; when it drops, the next relay of
 // the cluster (GET /v1/relays, learned on each connection) takes it, so a phone stays live when its relay dies.
-// gpuAnswerer (browser_node/gpu-challenge.js), when given, answers GPU challenges at roll calls (kind "gpu").
+// gpuAnswerer (browser_node/gpu-challenge.js), when given, answers GPU challenges at roll calls (kind "gpu"): a
+// roll call sends them with the SGEMM challenge, and both are answered side by side (openers by challenge id).
 // peerReport, when given, takes part in node-to-node probes (browser_node/peer-probe.js) while the tab is
 // visible, and hears one line per probe.
 export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswerer = null, peerReport = null) {
   const relays = [`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`];
-  let current = 0, ws, seq = 0, timer = null, stopped = false, opener = null; // opener: who committed last
+  let current = 0, ws, seq = 0, timer = null, stopped = false;
+  const openers = new Map(); // challenge id -> the answerer that committed to it (SGEMM and GPU may both be open)
   const learn = async () => {
     try {
       for (const r of (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || []) {
@@ -106,6 +108,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
           if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "heartbeat", heartbeat: { ...body, sig } }));
         };
         named = false;
+        openers.clear(); // a new connection: the last one's challenges ended with it
         hello();
         await beat();
         named = true;
@@ -113,12 +116,13 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
       else if (m.type === "challenge" && m.kind === "gpu" && gpuAnswerer && !document.hidden) {
-        opener = gpuAnswerer;
+        openers.set(m.id, gpuAnswerer);
         answer(() => gpuAnswerer.commit(m));
       } else if (m.type === "challenge" && m.kind !== "gpu" && answerer && !document.hidden) {
-        opener = answerer;
+        openers.set(m.id, answerer);
         answer(() => answerer.commit(m));
-      } else if (m.type === "open" && opener) answer(() => opener.open(m));
+      } else if (m.type === "open" && openers.has(m.id)) answer(() => openers.get(m.id).open(m));
+      else if (m.type === "challenge_result") openers.delete(m.id);
       else if ((m.type === "peer_probe" || m.type === "peer_answer") && prober && !document.hidden) prober.handle(m);
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link

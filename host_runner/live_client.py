@@ -1,8 +1,9 @@
 """A node's live session with its relay (WS /v1/live, protocol in web/live.py): signed heartbeats at
 the interval the relay asks for, answers to RTT pings, and, given the reactor wasm, answers to the relay's
 challenges (web/challenges.py) computed by the capsule on a worker thread so pings are answered meanwhile;
-given a GpuContext, answers to GPU challenges too (kind "gpu": host_runner/gpu_answer.py, the probe's WGSL).
-Runs in a background thread."""
+given a GpuContext, answers to GPU challenges too (kind "gpu": host_runner/gpu_answer.py, the probe's WGSL), on
+their own thread: a roll call sends the SGEMM and GPU challenges at the same moment and both are answered side
+by side, so committed answers are kept by challenge id until the relay's verdict. Runs in a background thread."""
 
 from __future__ import annotations
 
@@ -82,7 +83,10 @@ class LiveSession:
         self._ws: Any = None
         self.say = say  # one line per roll call answered and per change of trust status (`ce-bench node` logs)
         self.results: list[dict[str, Any]] = []  # the relay's challenge_result messages
-        self._answer: tuple[str, _Answer] | None = None
+        # committed answers until the relay's verdict, by challenge id: (kind, answer), kind "cpu" (SGEMM, on the
+        # pooled reactors) or "gpu"; at most one of each kind is open (the relay asks one of each at a time)
+        self._answers: dict[str, tuple[str, _Answer]] = {}
+        self._answers_lock = threading.Lock()
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
         self.warm = warm  # (instances, n, reps) to compute once before the first hello (ReactorPool.warm)
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
@@ -230,7 +234,7 @@ class LiveSession:
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
         answer = self.answer_factory(self.reactor_wasm, seeds, n, reps, self._pool)
-        self._drop_answer()  # a new challenge supersedes one the relay gave up on
+        self._drop_answers("cpu")  # a new SGEMM challenge supersedes one the relay gave up on (not a GPU one)
 
         def work() -> None:
             try:
@@ -239,15 +243,15 @@ class LiveSession:
             except CapsuleError as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
-            self._answer = (cid, answer)
+            self._keep(cid, "cpu", answer)
             with contextlib.suppress(OSError, WebSocketException):  # the loop sees a closed socket and reconnects
                 self._send(ws, {"type": "commit", "id": cid, "roots": roots, "products": answer.products})
 
         threading.Thread(target=work, name="challenge", daemon=True).start()
 
     def _gpu_challenge(self, ws: Any, message: dict[str, Any]) -> None:
-        """Computes and commits a GPU challenge on a worker thread (the pipelines were compiled with the
-        GpuContext, outside the timed window)."""
+        """Computes and commits a GPU challenge on its own worker thread, beside the SGEMM threads of the same
+        roll call (the pipelines were compiled with the GpuContext, outside the timed window)."""
         context = self.gpu
         if context is None:
             self.errors.append({"type": "error", "code": "challenge_failed", "detail": "no GPU on this session"})
@@ -258,7 +262,7 @@ class LiveSession:
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
-        self._drop_answer()  # a new challenge supersedes one the relay gave up on
+        self._drop_answers("gpu")  # a new GPU challenge supersedes one the relay gave up on (not an SGEMM one)
 
         def work() -> None:
             from host_runner.gpu_answer import GpuError
@@ -270,7 +274,7 @@ class LiveSession:
             except (GpuError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
-            self._answer = (cid, answer)
+            self._keep(cid, "gpu", answer)
             with contextlib.suppress(OSError, WebSocketException):
                 self._send(ws, {"type": "commit", "id": cid, "roots": roots})
 
@@ -333,20 +337,36 @@ class LiveSession:
         if self._ws is not None:
             self._send(self._ws, {"type": "hello", "answers": answers})
 
-    def _drop_answer(self) -> None:
-        """Frees the committed products (the reactors stay in the pool, warm)."""
-        if self._answer is not None:
-            answer, self._answer = self._answer[1], None
-            with self._reactor_lock:
+    def _keep(self, cid: str, kind: str, answer: _Answer) -> None:
+        with self._answers_lock:
+            self._answers[cid] = (kind, answer)
+
+    def _lock_for(self, kind: str) -> contextlib.AbstractContextManager[Any]:
+        """What an answer's open and release must hold: the pooled reactors for an SGEMM answer; nothing here
+        for a GPU one (GpuAnswer holds its device's own lock), so opening a GPU answer never waits for an SGEMM
+        answer still computing on the reactors, nor the other way round."""
+        return self._reactor_lock if kind == "cpu" else contextlib.nullcontext()
+
+    def _drop_answers(self, kind: str | None = None, cid: str | None = None) -> None:
+        """Frees committed products (the reactors stay in the pool, warm): the answer `cid`, or every answer of
+        `kind`."""
+        with self._answers_lock:
+            ids = [i for i, (k, _) in self._answers.items() if i == cid or (cid is None and k == kind)]
+            dropped = [self._answers.pop(i) for i in ids]
+        for kind_, answer in dropped:
+            with self._lock_for(kind_):
                 answer.release()
 
     def _open(self, ws: Any, message: dict[str, Any]) -> None:
-        if self._answer is None or self._answer[0] != message.get("id"):
+        cid = message.get("id")
+        with self._answers_lock:
+            kept = self._answers.get(cid) if isinstance(cid, str) else None
+        if kept is None or not isinstance(cid, str):
             self.errors.append({"type": "error", "code": "bad_open", "detail": "no commitment of that id"})
             return
-        cid, answer = self._answer
+        kind, answer = kept
         try:
-            with self._reactor_lock:
+            with self._lock_for(kind):
                 rows = answer.open(message.get("rows") or [])
         except (ValueError, RuntimeError) as exc:  # (GpuError: a device lost or not deterministic)
             self.errors.append({"type": "error", "code": "bad_open", "detail": str(exc)})
@@ -393,8 +413,8 @@ class LiveSession:
                 elif message.get("type") == "challenge_result":
                     self.results.append(message)
                     self._tell_result(message)
-                    if self._answer is not None and self._answer[0] == message.get("id"):
-                        self._drop_answer()
+                    if isinstance(message.get("id"), str):
+                        self._drop_answers(cid=message["id"])
                 elif message.get("type") == "trust":
                     if self.say is not None:
                         self.say(f"trust: {message.get('status')} ({message.get('reason')})")

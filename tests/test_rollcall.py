@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 
 import pytest
 
@@ -23,7 +24,7 @@ from web.rollcall import (
     stop_after_s,
     work_s,
 )
-from web.stats import MILLI, Contribution
+from web.stats import MICRO, MILLI, Contribution
 
 CONFIG = RelayConfig()
 BEACON = {"round": 7, "value": "ab" * 32, "issued_at": 1_000}
@@ -203,6 +204,85 @@ def test_partial_answers_keep_one_machine_within_the_deadline_factor() -> None:
     assert worst > 1.0, worst  # the adversarial schedules did get above one machine: the bound is what held them
 
 
+def cpu_and_gpu_total(rng: random.Random, machine: float, same_moment: bool, config: RelayConfig) -> float:
+    """What one machine doing `machine` GFLOP/s (all of it a CPU) counts at one roll call, CPU GFLOP/s plus GPU
+    TFLOP/s x 1000, for 1-4 identities that each claim a CPU and "GPUs" and answer both challenges on the CPU
+    (numpy: nothing in a GPU challenge needs a GPU). The machine splits its time among the answers in flight by
+    random weights (nearly strict priorities among them). An SGEMM answer commits the products it finished at a
+    moment of its choosing; a GPU answer counts only when all the work it was given (claim x target) is done by
+    the deadline, and only beside an SGEMM proof of the same identity (web/rollcall.py counted).
+    same_moment: both challenges are sent at once (now); else the SGEMM challenges at one moment and the GPU
+    ones at another, each with the whole machine (before)."""
+    deadline = config.roll_call_deadline_factor * config.roll_call_target_s
+    n_ids = rng.randint(1, 4)
+    product = rng.choice([0.5, 2.15, 8.6])  # GFLOP per SGEMM product
+    ids = []
+    for _ in range(n_ids):
+        cpu = machine * rng.choice([rng.uniform(0.01, 1.5), 1.0, 1.0 / n_ids])
+        gpu_tflops = machine / 1000 * rng.choice([rng.uniform(0.05, 1.5), 1.0, 0.5])
+        ids.append({"cpu": cpu, "tflops": gpu_tflops, "gpus": rng.randint(1, 20),
+                    "commit": deadline * rng.choice([1.0, rng.uniform(0.05, 1.0)])})
+    # answers: (identity, kind, work given in GFLOP, weight); the machine shares itself among those in flight
+    answers = [(i, kind, work, rng.choice([rng.random(), 1e-6, 1e6]))
+               for i, d in enumerate(ids)
+               for kind, work in (("sgemm", work_s(config) * d["cpu"]),
+                                  ("gpu", d["tflops"] * 1000 * config.roll_call_target_s))]
+    done = [0.0] * len(answers)
+    finished: dict[int, float] = {}  # answer -> when it committed (sgemm: its moment; gpu: its last product)
+    phases = [range(len(answers))] if same_moment else [[a for a in range(len(answers)) if answers[a][1] == kind]
+                                                        for kind in ("sgemm", "gpu")]
+    for phase in phases:
+        t, live = 0.0, set(phase)
+        while live and t < deadline:
+            weight = sum(answers[a][3] for a in live)
+            rate = {a: machine * answers[a][3] / weight for a in live}
+            ends = {a: (ids[answers[a][0]]["commit"] if answers[a][1] == "sgemm"
+                        else t + (answers[a][2] - done[a]) / rate[a]) for a in live}
+            step = min(min(ends.values()), deadline) - t
+            for a in live:
+                done[a] += rate[a] * step
+            t += step
+            for a in [a for a in live if ends[a] <= t + 1e-12]:
+                finished[a] = t
+                live.discard(a)
+    total = 0.0
+    for i, d in enumerate(ids):
+        sg, gp = 2 * i, 2 * i + 1
+        work = min(math.floor(done[sg] / product) * product, answers[sg][2]) if sg in finished else 0.0
+        cpu = shown(work, finished[sg], config) if work > 0 and on_time(finished[sg], config) else 0.0
+        ok = gp in finished and done[gp] >= answers[gp][2] * (1 - 1e-9) and on_time(finished[gp], config)
+        gpu = shown(answers[gp][2] / 1000, finished[gp], config) if ok else 0.0
+        gpus = int(d["gpus"])
+        c = counted(Proof("r", gflops=cpu, instances=1, gpu_tflops=gpu, gpus=gpus if ok else 0), d["cpu"], 1, None,
+                    config, d["tflops"], gpus)
+        total += c.cpu_mgflops / MILLI + c.gpu_utflops / MICRO * 1000
+    return total
+
+
+def test_one_machine_counts_its_cpu_once_however_it_splits_it_with_a_gpu_answer() -> None:
+    """Issue 28: a CPU that answers its GPU challenge (numpy on a 16-core AVX-512 server does ~1-2 fp32
+    TFLOP/s, 10-20 "GPUs" above the 0.1 floor) at the same moment as its SGEMM challenge spends the cores its
+    SGEMM answer would show: over 3,000 seeded schedules (1-4 identities, any claims, any split of the machine
+    among the answers, any SGEMM commit moment), CPU GFLOP/s + GPU TFLOP/s x 1000 counted stays within
+    deadline_factor (1.25x) of the machine. With the GPU challenge at a moment of its own (before), the same
+    machine counted itself twice over: both phases had all of it."""
+    config = RelayConfig()
+    machine = 2000.0  # GFLOP/s: the whole machine, as numpy shows it
+    worst = {True: 0.0, False: 0.0}
+    for same_moment in (True, False):
+        seed = 20261206
+        rng = random.Random(seed)
+        for trial in range(3000):
+            total = cpu_and_gpu_total(rng, machine, same_moment, config)
+            worst[same_moment] = max(worst[same_moment], total / machine)
+            if same_moment:
+                assert total <= config.roll_call_deadline_factor * machine * (1 + 1e-9), (seed, trial, total)
+    print(f"one machine, CPU + GPU counted at one roll call: worst {worst[True]:.3f}x the machine at the same "
+          f"moment, {worst[False]:.3f}x at separate moments")
+    assert worst[True] > 1.0  # the adversarial schedules did get above one machine: the bound is what held them
+    assert worst[False] > 1.9  # before: the CPU was counted again as "GPUs" (fails the bound above)
+
+
 def test_net_time_subtracts_at_most_a_share_of_the_time() -> None:
     # an honest session: the median RTT is subtracted in full
     assert net_time_s(2.0, 20.0, CONFIG) == pytest.approx(1.98)
@@ -241,27 +321,28 @@ def test_a_tiny_claim_still_asks_each_instance_for_the_core_floor() -> None:
 
 def test_a_roll_call_as_the_relay_lists_it() -> None:
     """GET /v1/roll-calls rows (RollCall.to_json): counts, sorted distinct failure codes, times and spreads
-    rounded, each phase in its own block, the proven totals as given."""
+    rounded, the llm phase in its own block, the GPU challenges (sent with the SGEMM ones: the roll call's
+    own moment and spread) in theirs, the proven totals as given."""
     from web.rollcall import RollCall
 
     call = RollCall("42-abcdefgh", 42, 1000.12345, challenged={"a", "b", "c"}, answered={"a"},
                     failed={"b": "late", "c": "after_deadline", "d": "late"}, send_spread_ms=1.23456,
                     llm_at=1003.98765, llm_challenged={"a", "b"}, llm_answered={"a"}, llm_failed={"b": "wrong_tokens"},
-                    llm_send_spread_ms=0.12345, gpu_at=1007.55555, gpu_challenged={"a"}, gpu_answered=set(),
-                    gpu_failed={"a": "after_deadline"}, gpu_send_spread_ms=0.0004,
+                    llm_send_spread_ms=0.12345, gpu_challenged={"a"}, gpu_answered=set(),
+                    gpu_failed={"a": "after_deadline"}, gpu_shown={"x": (1.0, 1)},
                     proven={"nodes": 1, "cpu_gflops": 12.5})
     assert call.to_json() == {
         "id": "42-abcdefgh", "beacon_round": 42, "at": 1000.123, "sessions_challenged": 3, "answered": 1,
         "failed": 3, "failure_codes": ["after_deadline", "late"], "send_spread_ms": 1.235,
         "llm": {"at": 1003.988, "challenged": 2, "answered": 1, "failed": 1, "failure_codes": ["wrong_tokens"],
                 "send_spread_ms": 0.123},
-        "gpu": {"at": 1007.556, "challenged": 1, "answered": 0, "failed": 1, "failure_codes": ["after_deadline"],
-                "send_spread_ms": 0.0},
+        "gpu": {"challenged": 1, "answered": 0, "failed": 1, "failure_codes": ["after_deadline"]},
         "proven": {"nodes": 1, "cpu_gflops": 12.5}}
     empty = RollCall("1-x", 1, 5.0).to_json()
     assert empty["send_spread_ms"] is None and empty["llm"] == {
         "at": None, "challenged": 0, "answered": 0, "failed": 0, "failure_codes": [], "send_spread_ms": None}
-    assert empty["gpu"]["at"] is None and empty["gpu"]["send_spread_ms"] is None and empty["proven"] == {}
+    assert empty["gpu"] == {"challenged": 0, "answered": 0, "failed": 0, "failure_codes": []}
+    assert empty["proven"] == {}
 
 
 def test_the_countdown_names_the_next_eligible_moment_and_the_default_pace() -> None:

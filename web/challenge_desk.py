@@ -57,17 +57,22 @@ log = logging.getLogger("ce.challenges")
 
 @dataclass(eq=False)
 class Challengee:
-    """One session that said hello: how to reach it and its challenge in flight."""
+    """One session that said hello: how to reach it and its challenges in flight (by id: a roll call sends a
+    node that answers "gpu" its SGEMM and GPU challenges at the same moment, answered side by side)."""
 
     session_id: str
     host: str
     send: Any                                  # async (message: dict) -> None
     node_id: str | None = None
     rtt_ms: float | None = None
-    challenge: Challenge | None = None
+    challenges: dict[str, Challenge] = field(default_factory=dict)
     active: bool = True                        # False: opted out of new challenges (hello without answers)
     answers: frozenset[str] = frozenset({"sgemm"})  # the kinds this client answers
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
+
+    def in_flight(self, cid: object) -> Challenge | None:
+        """The challenge in flight with this id (a node's message names it; anything else: None)."""
+        return self.challenges.get(cid) if isinstance(cid, str) else None
 
 
 class ChallengeDesk:
@@ -208,10 +213,10 @@ class ChallengeDesk:
         who = self.sessions.pop(session_id, None)
         if who is None:
             return
-        if who.challenge is not None:
+        for ch in list(who.challenges.values()):
             # leaving with a challenge in flight is a missed answer, not an escape
             task = asyncio.get_running_loop().create_task(
-                self._finish(who, False, "late", "the session closed before the answer", notify=False))
+                self._finish(who, ch, False, "late", "the session closed before the answer", notify=False))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         if not any(w.node_id == who.node_id and w.active for w in self.sessions.values()):
@@ -225,22 +230,23 @@ class ChallengeDesk:
         """Once a second: expire answers that are overdue, and start the rounds that are due."""
         now_wall, now, config = time.time(), time.perf_counter(), self.config
         for who in list(self.sessions.values()):
-            ch = who.challenge
-            if ch is None:
-                continue
-            if ch.checking:
-                continue  # its answer arrived in time; the relay is recomputing it
-            if ch.roots is None and ch.token_hash is None and now - ch.sent_at > config.challenge_commit_timeout_s:
-                await self._finish(who, False, "late", f"no commitment within {config.challenge_commit_timeout_s:g} s")
-            elif ch.open_sent_at is not None and now - ch.open_sent_at > config.challenge_open_timeout_s:
-                await self._finish(who, False, "late", f"no opening within {config.challenge_open_timeout_s:g} s")
+            for ch in list(who.challenges.values()):
+                if ch.checking:
+                    continue  # its answer arrived in time; the relay is recomputing it
+                if (ch.roots is None and ch.token_hash is None
+                        and now - ch.sent_at > config.challenge_commit_timeout_s):
+                    await self._finish(who, ch, False, "late",
+                                       f"no commitment within {config.challenge_commit_timeout_s:g} s")
+                elif ch.open_sent_at is not None and now - ch.open_sent_at > config.challenge_open_timeout_s:
+                    await self._finish(who, ch, False, "late",
+                                       f"no opening within {config.challenge_open_timeout_s:g} s")
         by_host: dict[str, list[Challengee]] = defaultdict(list)
         for who in self.sessions.values():
             # solo challenges verify newcomers; once verified, roll calls keep a node's trust fresh
             if who.node_id is not None and who.active and self.status(who.node_id, now_wall) != "verified":
                 by_host[who.host].append(who)
         for host, group in by_host.items():
-            if self.next_at.get(host, now_wall) <= now_wall and all(w.challenge is None for w in group):
+            if self.next_at.get(host, now_wall) <= now_wall and not any(w.challenges for w in group):
                 await self._challenge_host(host, group, now_wall)
 
     async def _challenge_host(self, host: str, group: list[Challengee], now_wall: float) -> None:
@@ -263,15 +269,16 @@ class ChallengeDesk:
                 ch = new_challenge(who.node_id or "", claim.claimed_gflops, claim.instances, claim.sgemm_n, beacon,
                                    secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
             ch.issued_at = now_wall
-            who.challenge = ch
+            who.challenges[ch.id] = ch
             await who.send(ch.message(self.config))
 
     # --- answers ----------------------------------------------------------------------------------
 
     def _current(self, who: Challengee, message: dict[str, Any]) -> Challenge:
         cid = message.get("id")
-        if who.challenge is not None and cid == who.challenge.id:
-            return who.challenge
+        ch = who.in_flight(cid)
+        if ch is not None:
+            return ch
         if isinstance(cid, str) and cid in who.done_ids:
             raise ChallengeError("replayed", "this challenge was already answered")
         raise ChallengeError("unknown_challenge", "no challenge with this id is in flight on this session")
@@ -282,6 +289,10 @@ class ChallengeDesk:
         the relay's own event-loop stall since the challenge was sent (web/live_endpoint.py relay_lag)."""
         try:
             ch = self._current(who, message)
+        except ChallengeError as exc:
+            await self._fail(who, None, exc)
+            return
+        try:
             now = time.perf_counter() if arrived is None else arrived
             opening = on_commit(ch, message, now, self.rng, self.config, lag_s)
             if opening is not None:
@@ -291,20 +302,20 @@ class ChallengeDesk:
             # every answer until one was recomputed equal (every roll-call answer of a new node); a share after
             if not recompute(bool(ch.roll_call), trust.roll_call_tokens_checked if trust else 0,
                              trust.tokens_checked if trust else 0, self.rng.random(), self.config):
-                await self._finish(who, True, "passed", "token hash not recomputed this time (sampled)")
+                await self._finish(who, ch, True, "passed", "token hash not recomputed this time (sampled)")
                 return
             ch.checking = True
             expected = await asyncio.to_thread(self._llm_hash, ch.seeds[0], ch.decode)
             if expected != ch.token_hash:
                 raise ChallengeError("wrong_tokens", "the token ids differ from the reference model's")
         except ChallengeError as exc:
-            await self._fail(who, exc)
+            await self._fail(who, ch, exc)
             return
         except CapsuleError as exc:  # the relay's own reactor failed: not the node's fault
             log.error("llm check failed", extra={"error": str(exc)})
-            await self._finish(who, True, "passed", "the relay could not recompute the token hash")
+            await self._finish(who, ch, True, "passed", "the relay could not recompute the token hash")
             return
-        await self._finish(who, True, "passed", "token hash recomputed and equal", tokens_checked=True)
+        await self._finish(who, ch, True, "passed", "token hash recomputed and equal", tokens_checked=True)
 
     async def apply_transcript(self, transcript: dict[str, Any]) -> None:
         """A peer relay's challenge transcript (signature checked by the caller): believed only from a named
@@ -369,6 +380,10 @@ class ChallengeDesk:
                          lag_s: float = 0.0) -> None:
         try:
             ch = self._current(who, message)
+        except ChallengeError as exc:
+            await self._fail(who, None, exc)
+            return
+        try:
             now = time.perf_counter() if arrived is None else arrived
             opened = parse_opening(ch, message, now, self.config, lag_s)
             ch.opened_items = message.get("rows")
@@ -376,15 +391,17 @@ class ChallengeDesk:
             # the recomputation (numpy, ~1 ms) runs off the event loop all the same
             worst = await asyncio.to_thread(check_opened, ch, opened, self.rng, self.config)
         except ChallengeError as exc:
-            await self._fail(who, exc)
+            await self._fail(who, ch, exc)
             return
-        await self._finish(who, True, "passed", f"rows match (worst error ratio {worst:.3g} of the fp32 bound)")
+        await self._finish(who, ch, True, "passed", f"rows match (worst error ratio {worst:.3g} of the fp32 bound)")
 
-    async def _fail(self, who: Challengee, exc: ChallengeError) -> None:
-        if who.challenge is None or exc.code in ("unknown_challenge", "replayed"):
+    async def _fail(self, who: Challengee, ch: Challenge | None, exc: ChallengeError) -> None:
+        """A wrong answer to `ch` ends it; a reply out of turn (a second commitment, an opening before the
+        commitment) or naming no challenge in flight is only recorded."""
+        if ch is None or exc.code in ("unknown_challenge", "replayed"):
             await self._record_failure_without_challenge(who, exc)
             return
-        await self._finish(who, False, exc.code, exc.detail)
+        await self._finish(who, ch, False, exc.code, exc.detail)
 
     async def _record_failure_without_challenge(self, who: Challengee, exc: ChallengeError) -> None:
         """A reply naming no challenge in flight still counts against the node; it is also a bad message of
@@ -397,12 +414,12 @@ class ChallengeDesk:
             await self._store(who.node_id, now, {"passed": False, "code": exc.code, "detail": exc.detail})
         raise LiveError(exc.code, exc.detail)
 
-    async def _finish(self, who: Challengee, passed: bool, code: str, detail: str, notify: bool = True,
-                      tokens_checked: bool = False) -> None:
-        ch = who.challenge
-        if ch is None:
+    async def _finish(self, who: Challengee, ch: Challenge, passed: bool, code: str, detail: str,
+                      notify: bool = True, tokens_checked: bool = False) -> None:
+        """Ends `ch` (the challenge the answer or timeout was for, whatever else is in flight on the session);
+        once only: a challenge already ended (its timeout and its answer racing) is not judged again."""
+        if who.challenges.pop(ch.id, None) is None:
             return
-        who.challenge = None
         who.done_ids = {*list(who.done_ids)[-15:], ch.id}
         now = time.time()
         beyond = implausible(ch) if passed else None

@@ -45,8 +45,6 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                               "calls (one at a time)"),
     "--roll-call-llm-offset-s": ("roll_call_llm_offset_s", click.FloatRange(0.1), "seconds from a roll call's "
                                  "SGEMM challenges to its reference-model challenges"),
-    "--roll-call-gpu-offset-s": ("roll_call_gpu_offset_s", click.FloatRange(0.1), "seconds from a roll call's "
-                                 "SGEMM challenges to its GPU challenges (after the reference-model answers)"),
     "--roll-call-target-s": ("roll_call_target_s", click.FloatRange(0.05), "seconds of work a roll-call "
                              "challenge asks at the claimed speed"),
     "--link-refit-interval-s": ("link_refit_interval_s", click.FloatRange(0.1), "seconds between refits of "

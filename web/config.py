@@ -162,9 +162,11 @@ class RelayConfig:
     # answered with numpy): software rasterizers show 0.0003-0.001 (lavapipe here: 0.00027), a whole
     # 2-vCPU machine natively ~0.08 (numpy SGEMM, AMD EPYC / Intel Xeon VMs here), a 16-core AVX-512 server
     # ~1-2; phone GPUs show ~0.3-1 and laptop integrated GPUs 0.5-2 at their fp32 peak. 0.1: above this
-    # machine's whole CPU, below the GPUs a scheduler would place work on. (A CPU of k cores fast enough to
-    # pass it spends them at the GPU phase, a separate moment from the SGEMM phase: docs/protocol.md says
-    # what that leaves.)
+    # machine's whole CPU, below the GPUs a scheduler would place work on. A CPU fast enough to pass it
+    # answers its GPU challenge at the same moment as its SGEMM one (a roll call sends both together), so the
+    # cores it spends on a "GPU" are cores its SGEMM answer does not show (docs/protocol.md). A GPU claim below
+    # the floor in all is not challenged at roll calls: it could count nothing, and on a software adapter (the
+    # CPU itself) its answer would take the SGEMM answer's cores.
     gpu_floor_tflops: float = 0.1
     # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
     # recomputes the token hash (the same reactor wasm under wasmtime-py: as much CPU as the node spent) on
@@ -183,20 +185,20 @@ class RelayConfig:
     reactor_wasm: Path = Path(__file__).resolve().parents[1] / "build" / "capsule-reactor.wasm"
 
     # Roll calls (web/rollcall.py): at moments drawn from the beacon, every live session that answers
-    # challenges is challenged at once (SGEMM), and again, all at once, for the reference model
-    # roll_call_llm_offset_s later (after every SGEMM answer is due), and for the GPU roll_call_gpu_offset_s
-    # after the SGEMM phase (after every llm answer is due). The verified scoreboard is what the
-    # latest roll call proved: one machine cannot answer for several identities at the same moment
-    # (Douceur 2002, lemma 4). Every round whose number is a multiple of roll_call_min_gap_s /
-    # beacon_interval_s may start one, with the chance that gives roll_call_interval_s on average,
-    # roll_call_delay_s after the round is issued (nobody knows the moment before the round exists). The
-    # work is sized to the claim for roll_call_target_s, the same for every node,
-    # and an answer counts only if it arrives within roll_call_deadline_factor x that (net of the RTT
-    # allowance). A common deadline is what makes simultaneity hold: identities of one machine answered
-    # one after another finish one after another, and all but the first miss it (with throughput alone,
-    # the k-th of them would still count 1/k of the machine: 4 identities counted 2.1x). Whatever a
-    # machine does, what it counts at one roll call is at most deadline x cap_factor-bounded (web/rollcall.py
-    # has the bound). 1 s: ten times a 100 ms RTT.
+    # challenges is challenged at once (SGEMM, and in the same sends the GPU of a node that claims one and
+    # answers "gpu": answered side by side, so one piece of silicon is never counted twice), and again, all at
+    # once, for the reference model roll_call_llm_offset_s later (after every SGEMM and GPU answer is due).
+    # The verified scoreboard is what the latest roll call proved: one machine cannot answer for several
+    # identities at the same moment (Douceur 2002, lemma 4). Every round whose number is a multiple of
+    # roll_call_min_gap_s / beacon_interval_s may start one, with the chance that gives roll_call_interval_s
+    # on average, roll_call_delay_s after the round is issued (nobody knows the moment before the round
+    # exists). The work is sized to the claim for roll_call_target_s, the same for every node, and an answer
+    # counts only if it arrives within roll_call_deadline_factor x that (net of the RTT allowance). A common
+    # deadline is what makes simultaneity hold: identities of one machine answered one after another finish
+    # one after another, and all but the first miss it (with throughput alone, the k-th of them would still
+    # count 1/k of the machine: 4 identities counted 2.1x). Whatever a machine does, what it counts at one
+    # roll call is at most deadline x cap_factor-bounded (web/rollcall.py has the bound). 1 s: ten times a
+    # 100 ms RTT.
     # Credit for the work done by the deadline: a roll call's SGEMM challenge names more products than the
     # claim needs (roll_call_work_headroom x the deadline's worth at the claim) and tells the node to stop
     # roll_call_stop_share x the deadline after it arrived (its own clock; the rest is for the product in
@@ -215,11 +217,7 @@ class RelayConfig:
     roll_call_work_headroom: float = 1.25      # work for 1.5625 s at the claim: a node up to 1.39x its claim
     #                                            never runs out before it stops
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
-    # The GPU phase (kind "gpu", every node that claims fp32 TFLOP/s and answers "gpu") comes after the llm
-    # phase's answers are due (> llm offset + commit + open timeouts), alone: on a CPU adapter (lavapipe,
-    # SwiftShader) the "GPU" is the CPU, and run beside the SGEMM or llm work it would show a share of it.
-    roll_call_gpu_offset_s: float = 64.0
-    roll_call_min_gap_s: float = 100.0     # > the GPU offset + its answers: one roll call at a time
+    roll_call_min_gap_s: float = 100.0     # > the llm offset + its answers: one roll call at a time
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
     # A reference-model answer counts only once its token hash was recomputed equal at least once; after
     # that the relay recomputes this share of them at roll calls (each costs it what the node spent).

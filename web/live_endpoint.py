@@ -61,7 +61,7 @@ async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
 
 def answering_a_challenge(conn: Connection) -> bool:
     """Whether the node owes this relay a challenge's answer now: its pongs may wait behind that work."""
-    return conn.challengee is not None and conn.challengee.challenge is not None
+    return conn.challengee is not None and bool(conn.challengee.challenges)
 
 
 async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
@@ -116,20 +116,24 @@ def relay_lag(conn: Connection, since: float | None) -> float:
 
 async def on_commit(conn: Connection, message: dict[str, Any]) -> None:
     who = challengee(conn)
-    lag = relay_lag(conn, who.challenge.sent_at if who.challenge else None)
+    ch = who.in_flight(message.get("id"))  # the challenge this commitment names
+    lag = relay_lag(conn, ch.sent_at if ch else None)
     await conn.relay.challenges.on_commit(who, message, conn.arrived, lag)
 
 
 async def on_opening(conn: Connection, message: dict[str, Any]) -> None:
     who = challengee(conn)
-    lag = relay_lag(conn, who.challenge.open_sent_at if who.challenge else None)
+    ch = who.in_flight(message.get("id"))
+    lag = relay_lag(conn, ch.open_sent_at if ch else None)
     await conn.relay.challenges.on_opening(who, message, conn.arrived, lag)
 
 
 def opening_due(conn: Connection) -> bool:
-    """Whether the relay waits for an opening on this session: the only frame that may be large."""
-    ch = conn.challengee.challenge if conn.challengee is not None else None
-    return ch is not None and ch.open_sent_at is not None and not ch.checking
+    """Whether the relay waits for an opening on this session (of any challenge in flight): the only frame
+    that may be large."""
+    who = conn.challengee
+    return who is not None and any(ch.open_sent_at is not None and not ch.checking
+                                   for ch in who.challenges.values())
 
 
 async def on_peers(conn: Connection, message: dict[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """The relay's roll calls (the rules are web/rollcall.py): when a beacon round draws one, every live session
-that answers challenges is sent its SGEMM challenge at the same moment, and later, again all at once, the
-reference-model challenge of every node that claims tokens/s, and after that, alone, the GPU challenge of every
-node that claims fp32 TFLOP/s and answers "gpu" (web/gpu_challenges.py). Answers come back through the challenge desk
-(web/challenge_desk.py), which records what each node proved."""
+that answers challenges is sent its SGEMM challenge at the same moment, and in the same sends, right behind it,
+the GPU challenge of every node that claims fp32 TFLOP/s (at least gpu_floor_tflops in all) and answers "gpu"
+(web/gpu_challenges.py): the node answers both side by side, so a CPU that answers for a "GPU" spends the cores
+its SGEMM answer would show at that moment. Later, again all at once, the reference-model challenge of every
+node that claims tokens/s. Answers come back through the challenge desk (web/challenge_desk.py), which
+records what each node proved."""
 
 from __future__ import annotations
 
@@ -86,41 +88,59 @@ class RollCaller:
         if ch.kind == "sgemm":
             if counts and ch.commit_s is not None:
                 previous = desk.proofs.get(node_id)
-                desk.proofs[node_id] = self._sgemm_proof(str(ch.roll_call), ch, previous)
+                desk.proofs[node_id] = self._sgemm_proof(call, ch, previous)
                 call.answered.add(node_id)
             else:
                 desk.proofs.pop(node_id, None)
+                self._no_sgemm_proof(call, node_id)
         elif ch.kind == "llm":
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call == ch.roll_call:
                 proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, self.config) if counts and ch.commit_s else 0.0
         elif ch.kind == "gpu":
-            proof = desk.proofs.get(node_id)
-            if proof is not None and proof.roll_call == ch.roll_call:
-                self._gpu_proof(proof, ch if counts else None)
-                if counts:
-                    call.gpu_answered.add(node_id)
+            if counts:
+                call.gpu_answered.add(node_id)
+            self._gpu_shown(call, node_id, ch if counts else None)
         desk.refresh(node_id, time.time())
 
-    def _sgemm_proof(self, call_id: str, ch: Challenge, previous: Proof | None) -> Proof:
-        """The proof an SGEMM answer makes; tokens/s and GPU figures proven at the previous roll call stand
-        until this one's llm and GPU phases."""
-        proof = Proof(call_id, shown(ch.flops / 1e9, ch.commit_s or 0.0, self.config), len(ch.seeds))
+    def _proof_of(self, call: RollCall, node_id: str) -> Proof | None:
+        """The node's SGEMM proof of this roll call, if it has landed."""
+        proof = self.desk.proofs.get(node_id)
+        return proof if proof is not None and proof.roll_call == call.id else None
+
+    def _sgemm_proof(self, call: RollCall, ch: Challenge, previous: Proof | None) -> Proof:
+        """The proof an SGEMM answer makes. Tokens/s proven at the previous roll call stand until this one's
+        llm phase; GPU figures come only from this roll call's GPU answer (sent with the SGEMM challenge, and
+        judged before or after it: each answer needs its own round trips)."""
+        proof = Proof(call.id, shown(ch.flops / 1e9, ch.commit_s or 0.0, self.config), len(ch.seeds))
         if previous is not None:
-            proof.tps, proof.gpu_tflops, proof.gpus = previous.tps, previous.gpu_tflops, previous.gpus
+            proof.tps = previous.tps
+        proof.gpu_tflops, proof.gpus = call.gpu_shown.get(ch.node_id, (0.0, 0))
         return proof
 
-    def _gpu_proof(self, proof: Proof, ch: Challenge | None) -> None:
-        """A GPU answer's figures on the proof (None: nothing shown: zeroes them). fp32 TFLOP/s, shown as
-        the SGEMM figure is (observed x the cap, at most the work over the target time); one GPU per
-        instance."""
+    def _gpu_shown(self, call: RollCall, node_id: str, ch: Challenge | None) -> None:
+        """What a GPU answer showed (None: nothing, or not counted), kept on the roll call until the node's
+        SGEMM proof of it lands, and put on that proof now if it has: fp32 TFLOP/s shown as the SGEMM figure
+        is (observed x the cap, at most the work over the target time), one GPU per instance."""
         if ch is None or ch.commit_s is None:
-            proof.gpu_tflops, proof.gpus = 0.0, 0
-            return
-        proof.gpu_tflops, proof.gpus = shown(ch.flops / 1e12, ch.commit_s, self.config), len(ch.seeds)
+            call.gpu_shown.pop(node_id, None)
+        else:
+            call.gpu_shown[node_id] = (shown(ch.flops / 1e12, ch.commit_s, self.config), len(ch.seeds))
+        proof = self._proof_of(call, node_id)
+        if proof is not None:
+            proof.gpu_tflops, proof.gpus = call.gpu_shown.get(node_id, (0.0, 0))
+
+    @staticmethod
+    def _no_sgemm_proof(call: RollCall, node_id: str) -> None:
+        """The node's SGEMM answer of this roll call did not count: a GPU answer judged before it counts
+        nothing either (a GPU counts only beside the CPU proven at the same moment)."""
+        call.gpu_shown.pop(node_id, None)
+        if node_id in call.gpu_answered:
+            call.gpu_answered.discard(node_id)
+            call.gpu_failed[node_id] = "no_sgemm_proof_this_roll_call"
 
     async def run(self, beacon: dict[str, Any]) -> RollCall:
-        """The SGEMM phase: every target at once; then the llm phase is scheduled."""
+        """The SGEMM phase, GPU challenges included: every target at once; then the llm phase is scheduled."""
         desk, now_wall = self.desk, time.time()
         latest = self.latest
         if latest is not None and latest.beacon_round == int(beacon["round"]):
@@ -140,23 +160,38 @@ class RollCaller:
                 desk._drop_proof(node_id, now_wall)
         planned: list[tuple[Challengee, Challenge]] = []
         for node_id, who in targets.items():
-            if who.challenge is not None:  # still answering an earlier challenge: not asked, counts nothing now
+            claim = desk.relay.atlas.nodes[node_id].profile
+            # a GPU claim below the floor in all can count no GPU (web/rollcall.py counted): not asked, so a
+            # software adapter (lavapipe, SwiftShader: the CPU itself) never takes the cores of the SGEMM answer
+            gpu = (claim.claimed_gpu_tflops or 0.0) >= self.config.gpu_floor_tflops and "gpu" in who.answers
+            if who.challenges:  # still answering an earlier challenge: not asked, counts nothing now
                 call.failed[node_id] = "busy"
+                if gpu:
+                    call.gpu_failed[node_id] = "busy"
                 desk._drop_proof(node_id, now_wall)
                 continue
-            claim = desk.relay.atlas.nodes[node_id].profile
             # work beyond the deadline, and the moment to stop: the node commits what it finished by then
             ch = new_challenge(node_id, claim.claimed_gflops or 0.0, claim.instances, claim.sgemm_n, beacon,
                                secrets.token_hex(16), who.rtt_ms, 0.0, self.config, work_s(self.config),
                                stop_after_s(self.config))
             ch.roll_call, ch.issued_at = call.id, now_wall
             planned.append((who, ch))
-        call.challenged = {ch.node_id for _, ch in planned}
+            if claim.claimed_gpu_tflops and not gpu:
+                desk._drop_proof(node_id, now_wall, "gpu")  # claims a GPU, does not answer for it now
+            elif gpu:
+                # the GPU challenge right behind the SGEMM one, answered side by side: one piece of silicon
+                # is never counted twice (a CPU answering for a "GPU" spends what its SGEMM answer would show)
+                g = new_gpu_challenge(node_id, claim.claimed_gpu_tflops or 0.0, beacon, secrets.token_hex(16),
+                                      who.rtt_ms, 0.0, self.config, self.config.roll_call_target_s,
+                                      gpus=claim.gpu_count, gpu_n=claim.gpu_n, binding_limit=claim.gpu_binding_limit)
+                g.roll_call, g.issued_at = call.id, now_wall
+                planned.append((who, g))
+        call.challenged = {ch.node_id for _, ch in planned if ch.kind == "sgemm"}
+        call.gpu_challenged = {ch.node_id for _, ch in planned if ch.kind == "gpu"}
         call.send_spread_ms = await self._send_all(planned)
-        log.info("roll call", extra={"roll_call": call.id, "challenged": len(planned),
-                                     "send_spread_ms": call.send_spread_ms})
+        log.info("roll call", extra={"roll_call": call.id, "challenged": len(call.challenged),
+                                     "gpu_challenged": len(call.gpu_challenged), "send_spread_ms": call.send_spread_ms})
         self._spawn(self._after(self.config.roll_call_llm_offset_s, self.run_llm(call, beacon)))
-        self._spawn(self._after(self.config.roll_call_gpu_offset_s, self.run_gpu(call, beacon)))
         return call
 
     async def run_llm(self, call: RollCall, beacon: dict[str, Any]) -> None:
@@ -169,7 +204,7 @@ class RollCaller:
             claim = desk.relay.atlas.nodes[node_id].profile
             if not claim.claimed_tps:
                 continue
-            if "llm" not in who.answers or who.challenge is not None:
+            if "llm" not in who.answers or who.challenges:
                 desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
                 continue
             # asked even where the SGEMM answer missed its deadline: a wrong token hash is caught all the same
@@ -182,33 +217,6 @@ class RollCaller:
         call.llm_challenged = {ch.node_id for _, ch in planned}
         call.llm_send_spread_ms = await self._send_all(planned)
 
-    async def run_gpu(self, call: RollCall, beacon: dict[str, Any]) -> None:
-        """The GPU phase: every node that claims fp32 TFLOP/s and answers "gpu", at once (after the llm
-        phase's answers: on a CPU adapter the GPU is the CPU)."""
-        desk = self.desk
-        if self.latest is not call:
-            return  # a newer roll call began; it has its own GPU phase
-        planned: list[tuple[Challengee, Challenge]] = []
-        for node_id, who in self._targets().items():
-            claim = desk.relay.atlas.nodes[node_id].profile
-            if not claim.claimed_gpu_tflops:
-                continue
-            if "gpu" not in who.answers or who.challenge is not None:
-                desk._drop_proof(node_id, time.time(), "gpu")  # claims a GPU, did not show it now
-                if "gpu" in who.answers:
-                    call.gpu_failed[node_id] = "busy"
-                continue
-            ch = new_gpu_challenge(node_id, claim.claimed_gpu_tflops, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
-                                   self.config, self.config.roll_call_target_s, gpus=claim.gpu_count,
-                                   gpu_n=claim.gpu_n, binding_limit=claim.gpu_binding_limit)
-            ch.roll_call, ch.issued_at = call.id, time.time()
-            planned.append((who, ch))
-        call.gpu_at = time.time()
-        call.gpu_challenged = {ch.node_id for _, ch in planned}
-        call.gpu_send_spread_ms = await self._send_all(planned)
-        log.info("roll call gpu phase", extra={"roll_call": call.id, "challenged": len(planned),
-                                               "send_spread_ms": call.gpu_send_spread_ms})
-
     async def _send_all(self, planned: list[tuple[Challengee, Challenge]]) -> float | None:
         """Sends every planned challenge back to back (all built beforehand, so the sends are all that
         separates the first from the last); the spread in ms on the relay's clock."""
@@ -218,7 +226,7 @@ class RollCaller:
         first = time.perf_counter()
         for (who, ch), text in zip(planned, texts, strict=True):
             ch.sent_at = time.perf_counter()  # each answer is timed from its own send
-            who.challenge = ch
+            who.challenges[ch.id] = ch
             await who.send(text)
         return (time.perf_counter() - first) * 1000
 
@@ -236,25 +244,25 @@ class RollCaller:
         if ch.kind == "sgemm":
             if passed and in_time and ch.commit_s is not None:
                 call.answered.add(node_id)
-                # tokens/s and GPUs proven at the previous roll call stand until this one's llm and GPU phases
-                desk.proofs[node_id] = self._sgemm_proof(call.id, ch, desk.proofs.get(node_id))
+                # tokens/s proven at the previous roll call stand until this one's llm phase; GPUs are this
+                # roll call's (a GPU answer judged already is on the roll call)
+                desk.proofs[node_id] = self._sgemm_proof(call, ch, desk.proofs.get(node_id))
             else:
                 call.failed[node_id] = code
                 desk.proofs.pop(node_id, None)
+                self._no_sgemm_proof(call, node_id)
         elif ch.kind == "gpu":
-            proof = desk.proofs.get(node_id)
-            if proof is not None and proof.roll_call != call.id:
-                proof = None  # no SGEMM proof of this roll call: nothing to attach GPUs to
-            if passed and in_time and proof is None:
-                code = "no_sgemm_proof_this_roll_call"
+            # sent with the SGEMM challenge and answered beside it; judged before or after it (each answer has
+            # its own round trips): what it shows waits on the roll call for the SGEMM proof, and counts only
+            # beside it. "counted" here means that; an SGEMM answer that fails later takes it back.
+            if passed and in_time and node_id in call.failed:
+                code = "no_sgemm_proof_this_roll_call"  # the SGEMM answer of this roll call did not count
             if passed and code == "passed":
                 call.gpu_answered.add(node_id)
-                if proof is not None:
-                    self._gpu_proof(proof, ch)
+                self._gpu_shown(call, node_id, ch)
             else:
                 call.gpu_failed[node_id] = code
-                if proof is not None:
-                    self._gpu_proof(proof, None)
+                self._gpu_shown(call, node_id, None)
         elif ch.kind == "llm":
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call != call.id:

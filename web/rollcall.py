@@ -3,11 +3,12 @@
 Douceur's lemma (The Sybil Attack, IPTPS 2002): unless the tests of all identities run at the same time, one
 machine presents as many identities as it can answer one after another. So the verified scoreboard is not
 the sum of staggered challenges: it is what the latest roll call proved. At a roll call the relay sends a
-challenge to every live session that answers them, all at once (SGEMM for every node; the reference model,
-again all at once, `roll_call_llm_offset_s` later, for every node that claims tokens/s; then, alone,
-`roll_call_gpu_offset_s` after the SGEMM phase, the GPU challenge of every node that claims fp32 TFLOP/s
-and answers "gpu": web/gpu_challenges.py). Identities that
-share a machine share it at that moment, whatever addresses or relays they use.
+challenge to every live session that answers them, all at once (SGEMM for every node, and with it, in the same
+sends, the GPU challenge of every node that claims fp32 TFLOP/s, at least `gpu_floor_tflops` in all, and
+answers "gpu": web/gpu_challenges.py; the reference model, again all at once, `roll_call_llm_offset_s` later,
+for every node that claims tokens/s).
+Identities that share a machine share it at that moment, whatever addresses or relays they use, and so do a
+node's CPU and "GPU": a CPU that answers the GPU challenge spends the cores its SGEMM answer would show.
 
 The moment: every gap_rounds-th beacon round (roll_call_min_gap_s apart) starts a roll call with probability
 gap x beacon_interval_s / roll_call_interval_s, drawn from the round's value (nobody, the relay included,
@@ -18,7 +19,8 @@ at what the answer showed (shown: observed x trust_cap_factor, at most the work 
 never cores (a claim: throughput is proven, not the cores behind it); tokens/s only from a node whose token
 hash the relay recomputed at its first `roll_call_llm_full_checks` roll calls (web/llm_checks.py); GPUs only
 as many as instances it proved, each showing at least `gpu_floor_tflops`, and fp32 TFLOP/s (what the GPU
-challenge measures: the probe's matmul_f32.wgsl) capped at its fp32 claim, counted only with a GPU.
+challenge measures: the probe's matmul_f32.wgsl) capped at its fp32 claim, counted only with a GPU and only
+beside the SGEMM proof of the same roll call.
 The claimed scoreboard's gpu_tflops sums what profiles claim (fp16); the verified one's is proven fp32.
 Nothing for a node that joined since, was
 hidden, opted out, or did not answer in time, until the next roll call.
@@ -87,8 +89,8 @@ class Proof:
     gflops: float = 0.0
     instances: int = 0
     tps: float = 0.0             # 0 until the llm phase showed it (and its hash was ever checked)
-    gpu_tflops: float = 0.0      # fp32 TFLOP/s: 0 until the GPU phase showed it
-    gpus: int = 0                # GPUs (instances) proven at the GPU phase
+    gpu_tflops: float = 0.0      # fp32 TFLOP/s this roll call's GPU answer showed (0: none, or not yet judged)
+    gpus: int = 0                # GPUs (instances) proven by that answer
 
 
 def stop_after_s(config: RelayConfig) -> float:
@@ -127,7 +129,7 @@ def shown(work: float, net_s: float, config: RelayConfig) -> float:
 def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, claimed_tps: float | None,
             config: RelayConfig, claimed_gpu_tflops: float | None = None, claimed_gpus: int = 0) -> Contribution:
     """The node's contribution to the verified scoreboard from its latest roll call. GPU figures: fp32
-    TFLOP/s proven (min of the fp32 claim and what the GPU phase showed) and the GPUs (instances) proven."""
+    TFLOP/s proven (min of the fp32 claim and what the GPU answer showed) and the GPUs (instances) proven."""
     gflops = min(claimed_gflops or 0.0, proof.gflops)
     # Cores are not counted: a challenge proves throughput, not how many cores produced it (time-sliced
     # instances on 2 cores each showed the per-core floor: 10 identities counted 10x the machine's cores).
@@ -148,7 +150,8 @@ def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, clai
 
 @dataclass
 class RollCall:
-    """One roll call: who was asked, who answered, what was proven, and how spread the sends were."""
+    """One roll call: who was asked, who answered, what was proven, and how spread the sends were. The GPU
+    challenges go out in the same sends as the SGEMM ones (`at`, `send_spread_ms` cover both)."""
 
     id: str
     beacon_round: int
@@ -162,11 +165,12 @@ class RollCall:
     llm_answered: set[str] = field(default_factory=set)
     llm_failed: dict[str, str] = field(default_factory=dict)
     llm_send_spread_ms: float | None = None
-    gpu_at: float | None = None
-    gpu_challenged: set[str] = field(default_factory=set)
+    gpu_challenged: set[str] = field(default_factory=set)  # node ids sent a GPU challenge (with their SGEMM one)
     gpu_answered: set[str] = field(default_factory=set)
     gpu_failed: dict[str, str] = field(default_factory=dict)
-    gpu_send_spread_ms: float | None = None
+    # node id -> (fp32 TFLOP/s shown, GPUs) of a GPU answer that counts: put on the node's SGEMM proof of this
+    # roll call, whether that lands before or after it
+    gpu_shown: dict[str, tuple[float, int]] = field(default_factory=dict)
     proven: dict[str, float] = field(default_factory=dict)  # totals once complete (filled by the desk)
 
     def to_json(self) -> dict[str, Any]:
@@ -179,9 +183,6 @@ class RollCall:
                         "failed": len(self.llm_failed), "failure_codes": sorted(set(self.llm_failed.values())),
                         "send_spread_ms": None if self.llm_send_spread_ms is None
                         else round(self.llm_send_spread_ms, 3)},
-                "gpu": {"at": None if self.gpu_at is None else round(self.gpu_at, 3),
-                        "challenged": len(self.gpu_challenged), "answered": len(self.gpu_answered),
-                        "failed": len(self.gpu_failed), "failure_codes": sorted(set(self.gpu_failed.values())),
-                        "send_spread_ms": None if self.gpu_send_spread_ms is None
-                        else round(self.gpu_send_spread_ms, 3)},
+                "gpu": {"challenged": len(self.gpu_challenged), "answered": len(self.gpu_answered),
+                        "failed": len(self.gpu_failed), "failure_codes": sorted(set(self.gpu_failed.values()))},
                 "proven": dict(self.proven)}
