@@ -30,7 +30,8 @@ FAST = ["tests/test_numbers.py", "tests/test_rollcall.py", "tests/test_checks.py
         "tests/test_mutants_trust.py", "tests/test_mutants_challenges.py", "tests/test_digests.py",
         "tests/test_live_guard.py", "tests/test_solo_moments.py", "tests/test_transcript_audit.py",
         "tests/test_mutants_links.py", "tests/test_mutants_peer_probes.py", "tests/test_gc_policy.py",
-        "tests/test_relay_core.py", "tests/test_mutants_ingest.py", "tests/test_documented_defaults.py"]
+        "tests/test_relay_core.py", "tests/test_mutants_ingest.py", "tests/test_documented_defaults.py",
+        "tests/test_gpu_same_moment.py"]
 
 # Defaults that no fast test pins, on purpose: operational knobs whose value is a trade-off the README does not
 # promise (ports, intervals of housekeeping, sizes of caches and histories), each with why.
