@@ -112,7 +112,7 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     transcripts = [sign("Transcript", own_nonce(altered(genuine), 16 + i), peer) for i in range(40)]
     # the relay's secret chosen so that the first one is not drawn: the "believed until caught" path always
     # runs (with a random secret it did not in about half the runs); the draws after it are the secret's own
-    sampled.challenges.secret = next(s for s in (bytes([i]) * 32 for i in range(256))
+    sampled.challenges.peers.secret = next(s for s in (bytes([i]) * 32 for i in range(256))
                                      if not audit_drawn(s, transcripts[0], 0.5))
     outcomes = []
     for fresh in transcripts:
@@ -124,7 +124,7 @@ def test_a_peer_signing_altered_work_is_caught_then_checked_every_time(desk_of: 
     first = outcomes.index("wrong_transcript")
     assert first >= 1, outcomes  # the precondition: at least one was believed unchecked before the catch
     assert set(outcomes[:first]) <= {"believed"} and set(outcomes[first:]) == {"wrong_transcript"}, outcomes
-    assert peer.node_id in sampled.challenges.audit.caught
+    assert peer.node_id in sampled.challenges.peers.audit.caught
     assert sampled.metrics.transcripts_audited == 0  # none of the checked ones passed
     believed = sampled.challenges.trust.get(node.node_id)
     assert (believed.passes_total if believed else 0) == first  # what was believed before the catch
@@ -145,7 +145,7 @@ def test_a_transcript_refused_for_its_form_or_physics_catches_its_peer_unchecked
         relay = desk_of(peer, node, 0.0)
         with pytest.raises(TranscriptError) as refused:
             run(relay.challenges.apply_transcript(sign("Transcript", bad, peer)))
-        assert refused.value.code == code and peer.node_id in relay.challenges.audit.caught
+        assert refused.value.code == code and peer.node_id in relay.challenges.peers.audit.caught
         run(relay.challenges.apply_transcript(sign("Transcript", genuine, peer)))
         assert relay.metrics.transcripts_audited == 1  # caught: the genuine one after it was re-checked
         assert relay.challenges.trust[node.node_id].passes_total == 1

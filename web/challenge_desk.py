@@ -35,18 +35,12 @@ from web.challenges import (
 )
 from web.live import LiveError
 from web.llm_checks import recompute
+from web.peer_transcripts import PeerTranscripts
 from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted, next_roll_call
 from web.stats import MICRO, Contribution
 from web.store import Store
-from web.transcripts import (
-    PeerAudit,
-    TranscriptError,
-    TranscriptLedger,
-    check_transcript,
-    structure,
-    transcript_body,
-)
+from web.transcripts import transcript_body
 from web.trust import Trust
 
 if TYPE_CHECKING:
@@ -90,11 +84,13 @@ class ChallengeDesk:
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
         self.secret = secrets.token_bytes(32)  # solo challenge moments, transcript audits: unpredictable
-        self.audit = PeerAudit(self.config.transcript_audit_fraction)
-        self.ledger = TranscriptLedger(self.config.transcript_max_age_s, self.config.clock_skew_s)
+        self.peers = PeerTranscripts(relay.relay_id, self.config, self, self.secret, self.rng, self._audited)
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
         self._told: dict[str, str] = {}        # the status each node was last told of on its session
+
+    def _audited(self) -> None:
+        self.relay.metrics.transcripts_audited += 1
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -319,45 +315,17 @@ class ChallengeDesk:
 
     async def apply_transcript(self, transcript: dict[str, Any]) -> None:
         """A peer relay's challenge transcript (signature checked by the caller): believed only from a named
-        peer, its work re-checked (web/transcripts.py), then recorded as if this relay had run it, so every
+        peer, its work re-checked (web/peer_transcripts.py), then recorded as if this relay had run it, so every
         relay of the cluster keeps the same trust and roll-call proofs. Raises TranscriptError."""
-        origin = str(transcript["relay"])
-        if origin == self.relay.relay_id:
-            return
-        if origin not in self.config.cluster_peers:
-            raise TranscriptError("not_a_peer", f"{origin} is not a relay of this cluster (--cluster-peer)")
-        c = transcript["challenge"]
-        at, nonce = transcript.get("at"), c.get("nonce")
-        if type(at) is not int or not isinstance(nonce, str):
-            raise TranscriptError("invalid_transcript", "at: an integer (unix s); challenge.nonce: a string")
-        self.ledger.take(origin, nonce, at, time.time())  # once, while fresh: a replay changes nothing
-        try:
-            await self._apply_taken(origin, transcript)
-        except TranscriptError:
-            self.ledger.release(origin, nonce)
-            raise
+        await self.peers.apply(transcript)
 
-    async def _apply_taken(self, origin: str, transcript: dict[str, Any]) -> None:
+    def knows(self, node_id: str) -> bool:
+        return node_id in self.relay.atlas.nodes
+
+    async def record_remote(self, origin: str, ch: Challenge, transcript: dict[str, Any]) -> None:
+        """A peer's checked transcript, recorded as this relay records its own results."""
         c = transcript["challenge"]
         passed, code = bool(c.get("passed")), str(c.get("code"))
-        try:
-            if self.audit.due(self.secret, origin, transcript):
-                ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
-                self.relay.metrics.transcripts_audited += 1
-            else:  # believed on the peer's signature (checked by the caller), once its form holds
-                ch = structure(transcript, self.config)
-            if passed and implausible(ch) is not None:
-                raise TranscriptError("wrong_transcript", f"passed an answer beyond physics: {implausible(ch)}")
-        except TranscriptError as exc:
-            # any signed transcript refused for what it says (not for whom it names) costs its relay the
-            # benefit of the doubt: from now on every one of its transcripts is re-checked
-            if origin not in self.audit.caught:
-                self.audit.failed(origin, f"{exc.code}: {exc.detail}")
-                log.error("a peer relay's transcript was refused: all of its transcripts are re-checked from now "
-                          "on", extra={"peer": origin, "error": f"{exc.code}: {exc.detail}"[:200]})
-            raise
-        if ch.node_id not in self.relay.atlas.nodes:
-            raise TranscriptError("unknown_node", "no profile of this node here yet")
         now = min(float(transcript["at"]), time.time())
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
         trust.record(passed, code, ch.observed_gflops if passed else None, now, self.config,
