@@ -68,6 +68,8 @@ def test_cores_are_never_counted_and_gpus_only_at_0_1_tflops_each() -> None:
     assert (both.gpus, both.gpu_utflops) == (2, 200_000)  # 0.1 each: two GPUs
     one = counted(Proof("r", gflops=10.0, instances=1, gpu_tflops=0.199, gpus=2), 10.0, 1, None, CONFIG, 0.2, 2)
     assert (one.gpus, one.gpu_utflops) == (1, 199_000)
+    three = counted(Proof("r", gflops=10.0, instances=1, gpu_tflops=0.3, gpus=3), 10.0, 1, None, CONFIG, 0.3, 3)
+    assert three.gpus == 3  # exactly at the floor each (0.3 / 0.1 is 2.9999999999999996 in floats)
     # 16 "GPUs" of 0.000005 TFLOP/s each (numpy): none, and no TFLOP/s without a GPU
     fake = counted(Proof("r", gflops=10.0, instances=1, gpu_tflops=16 * 5e-6, gpus=16), 10.0, 1, None, CONFIG,
                    16 * 5e-6, 16)

@@ -141,7 +141,8 @@ def counted(proof: Proof, claimed_gflops: float | None, claimed_cores: int, clai
     gpu_tflops = min(claimed_gpu_tflops or 0.0, proof.gpu_tflops)
     # a GPU counts only at gpu_floor_tflops of what was shown each: a CPU answering the GPU challenge (numpy,
     # a software rasterizer) shows far less per "GPU" than any GPU worth scheduling
-    gpus = min(proof.gpus, max(claimed_gpus, 0), math.floor(gpu_tflops / config.gpu_floor_tflops))
+    # (the ratio nudged up by 1e-9: 0.3 / 0.1 is 2.9999999999999996 in floats, and three GPUs at the floor are 3)
+    gpus = min(proof.gpus, max(claimed_gpus, 0), math.floor(gpu_tflops / config.gpu_floor_tflops * (1 + 1e-9)))
     # rounded down to the sums' milli- and micro-units: a node counted at its full claim never shows above it
     return Contribution(cpu_mgflops=math.floor(gflops * MILLI),
                         mtokens_per_sec=math.floor(tps * MILLI), gpus=gpus,
