@@ -5,7 +5,7 @@ it may move freely. mutmut mutates function bodies, not dataclass defaults, so t
     .venv/bin/python scripts/config_mutants.py                 # every field of every config object
     .venv/bin/python scripts/config_mutants.py roll_call_ trust_  # only fields whose names start so
 
-The change: a float doubles (0 becomes 1), an int adds one (0 or 1 double), a bool flips. It reaches every
+The change: a float doubles (0 becomes 1), an int adds one, a bool flips. It reaches every
 `RelayConfig()` built in the test process through tests/conftest.py (CE_CONFIG_MUTANT). Prints each field's
 verdict; exits 1 when a field survives that FREE does not name (or FREE names one that is now killed).
 """
@@ -66,7 +66,7 @@ def mutated_value(value: object) -> object | None:
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
-        return value * 2 if value in (0, 1) else value + 1
+        return value + 1
     if isinstance(value, float):
         return value * 2 if value else 1.0
     return None
