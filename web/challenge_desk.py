@@ -295,7 +295,8 @@ class ChallengeDesk:
                 await who.send(opening)
                 return
             trust = self.trust.get(ch.node_id)
-            # every answer until one was recomputed equal (every roll-call answer of a new node); a share after
+            # a node's first roll_call_llm_full_checks roll-call answers and its first solo one always; a share
+            # after that (web/llm_checks.py)
             if not recompute(bool(ch.roll_call), trust.roll_call_tokens_checked if trust else 0,
                              trust.tokens_checked if trust else 0, self.rng.random(), self.config):
                 await self._finish(who, ch, True, "passed", "token hash not recomputed this time (sampled)")
