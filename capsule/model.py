@@ -211,6 +211,31 @@ class LiveDigest:
 
 
 @dataclass(frozen=True)
+class ProvenTotals:
+    nodes: int = spec(minimum=0, maximum=I_JSON_MAX_INT, description="nodes with an SGEMM proof of the roll call")
+    cpu_gflops: float = spec(minimum=0, unit="GFLOP/s")
+    tokens_per_sec: float = spec(minimum=0, unit="tokens/s of the reference model")
+    gpus: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
+    gpu_tflops: float = spec(minimum=0, unit="fp32 TFLOP/s")
+
+
+@dataclass(frozen=True)
+class Scoreboard:
+    """A relay's verified scoreboard of one roll call: what every node it asked proved at that moment (GET
+    /v1/roll-calls `proven`), signed by the relay when the next roll call begins and the totals are final.
+    Published on the mesh (docs/mesh.md), so any libp2p peer checks it against the relay's PeerId alone."""
+
+    v: int = spec(minimum=1, maximum=1)
+    relay: str = node_id_field("the relay that ran the roll call")
+    roll_call: str = spec(max_length=100, description="the roll call's id (the same on every relay of a cluster)")
+    beacon_round: int = spec(minimum=0, maximum=I_JSON_MAX_INT, description="the beacon round that drew it")
+    at: float = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds", description="when its challenges went out")
+    sessions_challenged: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
+    proven: ProvenTotals = spec(description="the verified totals of the roll call")
+    sig: str = spec(pattern=B64URL_SIG)
+
+
+@dataclass(frozen=True)
 class RecordKind:
     """Everything the code needs to know about one signed record kind, in one place: its class (schema),
     and who signs it — each (signature field, field holding the signer's NodeId). The signed message leaves
@@ -232,4 +257,5 @@ REGISTRY: dict[str, RecordKind] = {
     "JobReceipt": RecordKind(JobReceipt, (("sig", "node_id"),)),
     "Transcript": RecordKind(Transcript, (("sig", "relay"),)),
     "LiveDigest": RecordKind(LiveDigest, (("sig", "relay"),)),
+    "Scoreboard": RecordKind(Scoreboard, (("sig", "relay"),)),
 }

@@ -48,6 +48,11 @@ class NodeKey:
     def sign(self, message: bytes) -> bytes:
         return bytes(self._key.sign(message).signature)
 
+    @property
+    def seed(self) -> bytes:
+        """The 32-byte private seed: for a libp2p host that must have the same PeerId (common/libp2p_host.py)."""
+        return bytes(self._key)
+
     @classmethod
     def generate(cls) -> NodeKey:
         return cls(SigningKey.generate())

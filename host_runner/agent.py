@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.keys import NodeKey
+from common.multiaddrs import MULTIADDRS_MAX
 from host_runner.claim_drift import DriftConfig, drift
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
@@ -56,6 +57,11 @@ class AgentConfig:
     peer_probes: bool = True
     # Measure again at once when the roll calls keep showing another speed than the claim (claim_drift.py).
     drift: DriftConfig = DriftConfig()
+    # The node's libp2p host (docs/mesh.md): where it listens (a TCP multiaddr; port 0: one the OS picks) and
+    # what it announces instead (a public address in front of NAT); None: no libp2p host. It answers ping
+    # and identify for any peer; its multiaddrs go to the relay on the live session.
+    libp2p_listen: str | None = "/ip4/0.0.0.0/tcp/0"
+    libp2p_announce: tuple[str, ...] = ()
 
 
 def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> float:
@@ -101,9 +107,28 @@ class Agent:
         self.claimed_gflops: float | None = None  # the CPU claim of the profile last published
         self.results_seen = 0                     # the session's results read when that claim was made
         self.drift_at = float("-inf")             # monotonic time of the last measurement drift started
+        self.libp2p: Any = None                   # common.libp2p_host.Libp2pHost once started
+
+    def start_libp2p(self) -> list[str]:
+        """Starts the node's libp2p host (ping, identify) with its own key: PeerId = NodeId. A host that
+        cannot start is said and skipped: the node measures and counts without it."""
+        if not self.config.libp2p_listen:
+            return []
+        from common.libp2p_host import Libp2pError, Libp2pHost
+
+        host = Libp2pHost(self.key.seed, self.config.libp2p_listen, announce=self.config.libp2p_announce)
+        try:
+            host.start()
+        except Libp2pError as exc:
+            self.say(f"no libp2p host: {exc}")
+            return []
+        self.libp2p = host
+        self.say(f"libp2p host {host.peer_id} on {', '.join(host.multiaddrs)}")
+        return host.multiaddrs
 
     def run(self) -> None:
         backoff = self.config.backoff_first_s
+        self.start_libp2p()
         try:
             while not self.stop.is_set():
                 wait = self._round()
@@ -115,6 +140,8 @@ class Agent:
         finally:
             if self.session is not None:
                 self.session.stop()
+            if self.libp2p is not None:
+                self.libp2p.stop()
             self.say("node stopped")
 
     def _round(self) -> float | None:
@@ -156,7 +183,9 @@ class Agent:
                 self.say(line)
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
                                        say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
-                                       warm=challenge_shape(result.profile)).start()
+                                       warm=challenge_shape(result.profile),
+                                       multiaddrs=self.libp2p.multiaddrs[:MULTIADDRS_MAX] if self.libp2p else None
+                                       ).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)

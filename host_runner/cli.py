@@ -140,8 +140,14 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
               help="seconds between RTT probes by the other relays of the cluster (landmarks); 0: none")
 @click.option("--peer-probes/--no-peer-probes", default=True, show_default=True,
               help="measure RTTs to other nodes when the relay pairs this node with one (WebRTC, a few KB each)")
+@click.option("--libp2p-listen", metavar="MULTIADDR", default="/ip4/0.0.0.0/tcp/0", show_default=True,
+              help="where the node's libp2p host listens (ping and identify for any peer; PeerId = NodeId)")
+@click.option("--libp2p-announce", multiple=True, metavar="MULTIADDR",
+              help="a multiaddr announced instead of the listening ones (a public address in front of NAT)")
+@click.option("--no-libp2p", is_flag=True, help="run no libp2p host")
 def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
-             no_jitter: bool, landmark_interval_s: float, peer_probes: bool) -> None:
+             no_jitter: bool, landmark_interval_s: float, peer_probes: bool, libp2p_listen: str,
+             libp2p_announce: tuple[str, ...], no_libp2p: bool) -> None:
     """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
     import signal
 
@@ -152,8 +158,14 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
     key = load_key()
     opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, scratch=scratch, gpu=not no_gpu,
                       jitter=not no_jitter, beacon_source=f"relay {relay}")
+    from common.multiaddrs import multiaddr_problem
+
+    for text in (libp2p_listen, *libp2p_announce):
+        if problem := multiaddr_problem(text, need_peer_id=False):
+            raise click.BadParameter(problem, param_hint="--libp2p-listen / --libp2p-announce")
     config = AgentConfig(remeasure_s=remeasure_h * 3600, landmark_interval_s=landmark_interval_s,
-                         peer_probes=peer_probes)
+                         peer_probes=peer_probes, libp2p_listen=None if no_libp2p else libp2p_listen,
+                         libp2p_announce=libp2p_announce)
     agent = Agent(relay, key, opts, config,
                   say=lambda line: click.echo(f"ce-bench node: {line}", err=True))
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -71,7 +71,9 @@ class LiveSession:
                  llm: LlmAnswer = llm_answer, connect_options: dict[str, Any] | None = None,
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
                  gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
-                 peer_probes: bool = False, warm: tuple[int, int, int] | None = None) -> None:
+                 peer_probes: bool = False, warm: tuple[int, int, int] | None = None,
+                 multiaddrs: list[str] | None = None) -> None:
+        self.multiaddrs = multiaddrs or []  # this node's libp2p host, announced after the first heartbeat
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
@@ -391,6 +393,8 @@ class LiveSession:
                     seq += 1
                     if seq == 1 and self.peers is not None:  # after the heartbeat that names this node
                         self._send(ws, {"type": "peers", "transports": ["webrtc"]})
+                    if seq == 1 and self.multiaddrs:
+                        self._send(ws, {"type": "libp2p", "multiaddrs": self.multiaddrs})
                     next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
                 try:
                     frame = ws.recv(timeout=0.5)

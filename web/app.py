@@ -86,7 +86,16 @@ async def get_node(request: Request) -> Response:
     coord = relay.links.coordinate(node_id)
     status["coordinate"] = coord.to_json() if coord else None
     return JSONResponse({"profile": json.loads(body), "status": status,
-                         "trust": relay.challenges.trust_json(node_id, time.time())})
+                         "trust": relay.challenges.trust_json(node_id, time.time()),
+                         # where a libp2p peer dials the node (ping, identify): what its live session announced
+                         "libp2p": {"multiaddrs": relay.multiaddrs.get(node_id, [])}})
+
+
+async def libp2p(request: Request) -> Response:
+    relay = relay_of(request)
+    if relay.mesh is None:
+        raise Problem(404, "no_libp2p", "this relay runs no libp2p host", "it was started with --no-libp2p")
+    return JSONResponse(relay.mesh.info())
 
 
 async def node_history(request: Request) -> Response:
@@ -327,7 +336,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/netgraph/rtt", netgraph_rtt),
         Route("/atlas", atlas), Route("/fabric/stats", fabric_stats), Route("/stats", stats),
         Route("/stats/history", stats_history), Route("/v1/roll-calls", roll_calls),
-        Route("/v1/checks", checks),
+        Route("/v1/checks", checks), Route("/v1/libp2p", libp2p),
         Route("/v1/relays", relays),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import socket
 import sqlite3
 from collections.abc import Callable
@@ -80,6 +81,26 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
 }
 
 
+def _multiaddr_option(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A TCP multiaddr the libp2p host can listen on or announce, checked before anything starts."""
+    from common.multiaddrs import multiaddr_problem
+
+    for text in (value if isinstance(value, tuple) else (value,)):
+        problem = None if text is None else multiaddr_problem(text, need_peer_id=False)
+        if problem:
+            raise click.BadParameter(problem)
+    return value
+
+
+def default_libp2p_listen(host: str) -> str:
+    """The libp2p host listens where the HTTP server does (a port of its own the OS picks)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "/ip4/0.0.0.0/tcp/0"  # a host name: every interface, as uvicorn resolves it to
+    return f"/ip{address.version}/{address}/tcp/0"
+
+
 def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options of every command that starts a relay (`relay`, `up`); the command receives `config`
     (a RelayConfig), `log_level` and `tls`."""
@@ -106,6 +127,14 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "calls, beacon and challenge transcripts are believed once re-checked"),
         click.option("--public-url", metavar="URL", help="the address nodes reach this relay at (http[s]://HOST:PORT), "
                      "announced to the cluster: nodes of the other relays probe it as a landmark"),
+        click.option("--libp2p-listen", metavar="MULTIADDR", callback=_multiaddr_option,
+                     help="where the relay's libp2p host listens (TCP; port 0: one the OS picks, shown at GET "
+                          "/v1/libp2p): the CE mesh reads profiles, edges and scoreboards there (docs/mesh.md) "
+                          "[default: /ip4/--host/tcp/0]"),
+        click.option("--libp2p-announce", multiple=True, metavar="MULTIADDR", callback=_multiaddr_option,
+                     help="a multiaddr announced instead of the listening ones (a public address in front of NAT; "
+                          "repeatable)"),
+        click.option("--no-libp2p", is_flag=True, help="run no libp2p host: the relay is not on the CE mesh"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
         click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
@@ -115,10 +144,13 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
     def wrapper(host: str, port: int, data_dir: Path, nats: str | None, nats_user: str | None,
                 nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
-                cluster_peers: tuple[str, ...], public_url: str | None, **kwargs: Any) -> Any:
+                cluster_peers: tuple[str, ...], public_url: str | None, libp2p_listen: str | None,
+                libp2p_announce: tuple[str, ...], no_libp2p: bool, **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
                              nats_password_file=nats_password_file, public_url=public_url,
+                             libp2p_listen=None if no_libp2p else libp2p_listen or default_libp2p_listen(host),
+                             libp2p_announce=libp2p_announce,
                              trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers), **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 

@@ -30,6 +30,14 @@ class RelayConfig:
     # landmarks' own mesh, on which the coordinate fit places every node (web/links.py).
     landmark_mesh_interval_s: float = 60.0
     nats_bucket: str = "ce-atlas"
+    # The relay's libp2p host (docs/mesh.md): TCP + Noise + Yamux, identify, ping, gossipsub on the mesh's
+    # topics, with the relay's key (PeerId = relay id). Where it listens, a multiaddr: port 0 is one the OS
+    # picks, announced at GET /v1/libp2p (give a fixed port where other peers keep the relay in a bootstrap
+    # list); the CLI's default is the --host address (loopback unless the operator opens the relay up);
+    # None: no libp2p host (--no-libp2p). libp2p_announce: multiaddrs announced instead of the listening ones
+    # (a public address in front of NAT or a port forward).
+    libp2p_listen: str | None = "/ip4/127.0.0.1/tcp/0"
+    libp2p_announce: tuple[str, ...] = ()
     # Reverse proxies whose X-Forwarded-For is believed (addresses); none by default: the peer address counts.
     trusted_proxies: tuple[str, ...] = ()
     # The other relays of this cluster (their relay ids, `ce-bench relay --cluster-peer ID`): their challenge

@@ -16,6 +16,8 @@ relay closes   1009: a frame beyond the largest legitimate one; 1013: the source
                budget (web/live_guard.py); a session over its address's limits is refused with HTTP 429
 node -> relay  {"type": "hello", "answers": ["sgemm"]} ... challenges: web/challenges.py has that protocol
 node -> relay  {"type": "peers", "transports": ["webrtc"]} ... node-to-node probes: web/peer_probes.py
+node -> relay  {"type": "libp2p", "multiaddrs": [MULTIADDR]}   after a heartbeat: where the node's libp2p host
+                                                        answers ping and identify, each ending in /p2p/NODE_ID
 
 Session is the whole protocol state of one connection, with time passed in (h11's style): the Starlette
 endpoint (web/live_endpoint.py) only moves frames and calls the relay. A bad message costs an error frame,

@@ -19,6 +19,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from common.multiaddrs import parse_multiaddrs
 from web.challenge_desk import Challengee
 from web.live import BW_PROBE_BYTES, MAX_ERRORS, LiveError, Session, parse_message
 from web.live_guard import Refusal, address_key, close_reason, screen
@@ -102,6 +103,19 @@ async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     conn.challengee.rtt_ms = conn.session.rtt_median_ms
 
 
+async def on_libp2p(conn: Connection, message: dict[str, Any]) -> None:
+    """A server node's libp2p host (docs/mesh.md): where any peer pings and identifies it, shown at GET
+    /v1/nodes/{id}. Each must end in /p2p/ and this session's NodeId, so a session names only itself."""
+    node_id = conn.session.node_id
+    if not node_id:
+        raise LiveError("invalid_message", "send a heartbeat before libp2p: its multiaddrs must name the "
+                                           "session's node")
+    try:
+        conn.relay.multiaddrs[node_id] = parse_multiaddrs(message.get("multiaddrs"), node_id)
+    except ValueError as exc:
+        raise LiveError("invalid_message", f"multiaddrs: {exc}") from None
+
+
 def challengee(conn: Connection) -> Challengee:
     if conn.challengee is None or conn.challengee.node_id is None:
         raise LiveError("unknown_challenge", "say hello and send a heartbeat before answering challenges")
@@ -158,6 +172,7 @@ async def on_peer_failed(conn: Connection, message: dict[str, Any]) -> None:
 
 HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     "heartbeat": on_heartbeat, "pong": on_pong, "bw_ack": on_bw_ack, "cosigned": on_cosigned, "hello": on_hello,
+    "libp2p": on_libp2p,
     "commit": on_commit, "opening": on_opening, "peers": on_peers, "peer_offer": on_peer_offer,
     "peer_answer": on_peer_answer, "peer_sample": on_peer_sample, "peer_failed": on_peer_failed}
 

@@ -106,6 +106,13 @@ def document() -> dict[str, Any]:
                 "responses": {"200": json_ok("the odds", {"type": "object", "properties": {
                     "checks": {"type": "object"}, "honest_false_reject": {"type": "object"},
                     "relay_loop_lag": {"type": "object"}}})}}},
+            "/v1/libp2p": {"get": {
+                "summary": "The relay's libp2p host (docs/mesh.md): its PeerId (= relay id), multiaddrs, the "
+                           "gossipsub topics with the signed record each carries, and what crossed them",
+                "responses": {"200": json_ok("the host", {"type": "object", "properties": {
+                    "peer_id": {"type": "string"}, "multiaddrs": {"type": "array", "items": {"type": "string"}},
+                    "topics": {"type": "object"}}}),
+                    "404": problem("the relay runs no libp2p host (--no-libp2p)")}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

@@ -21,7 +21,7 @@ from web.challenge_desk import ChallengeDesk
 from web.config import RelayConfig
 from web.gc_policy import GcPolicy
 from web.ingest import BeaconBook, Ingest, parse_json
-from web.links import LinkBook, fitted_book
+from web.links import LinkBook, fitted_book, worth_gossiping
 from web.live_guard import AddressGuard
 from web.loop_lag import LoopLag
 from web.metrics import Metrics
@@ -59,6 +59,8 @@ class Relay:
         # once put 200 ms on the heartbeat acks of a 100-session relay)
         self.bw_probe_budget = TokenBuckets(config.bw_probes_per_s, 1)
         self.cluster: Any = None  # web.cluster.Cluster when --nats is given
+        self.mesh: Any = None  # web.mesh.relay_mesh.RelayMesh unless --no-libp2p
+        self.multiaddrs: dict[str, list[str]] = {}  # node id -> the libp2p multiaddrs its live session announced
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,6 +114,14 @@ class Relay:
 
             self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket, credentials(self.config))
             await self.cluster.start()
+        if self.config.libp2p_listen:
+            from web.mesh.relay_mesh import RelayMesh
+
+            self.mesh = RelayMesh(self.key.seed, self.config.libp2p_listen, self.config.libp2p_announce, self.key,
+                                  lambda body: self.post_profile(body, from_mesh=True),
+                                  lambda body, now: self.add_link(body, now, from_mesh=True),
+                                  lambda sent, sample: worth_gossiping(sent, sample, self.config))
+            await self.mesh.start()
         log.info("relay started", extra={"relay": self.relay_id, "profiles_loaded": loaded,
                                          "store": self.store.durability(),
                                          "beacon_round": self.beacons.latest and self.beacons.latest["round"]})
@@ -121,6 +131,8 @@ class Relay:
             task.cancel()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.mesh is not None:
+            await self.mesh.stop()
         self.verifier.close()
         self.store.close()
 
@@ -168,10 +180,12 @@ class Relay:
             raise Problem(429, "rate_limited", "too many requests from this address", f"retry in {wait:.1f} s",
                           headers={"retry-after": str(max(1, round(wait)))})
 
-    async def post_profile(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def post_profile(self, body: bytes, from_mesh: bool = False) -> tuple[int, dict[str, Any]]:
+        """POST /v1/profiles, a live session's profile, or one a peer published on the mesh (`from_mesh`: not
+        published there again)."""
         started = time.perf_counter()
         try:
-            status, result = await self._post_profile(body)
+            status, result = await self._post_profile(body, from_mesh)
             self.metrics.ingest["replaced" if status == 200 else "stored"] += 1
             return status, result
         except Problem as problem:
@@ -180,7 +194,7 @@ class Relay:
         finally:
             self.metrics.ingest_seconds.observe(time.perf_counter() - started)
 
-    async def _post_profile(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def _post_profile(self, body: bytes, from_mesh: bool) -> tuple[int, dict[str, Any]]:
         self.ingest.check_size(body)
         verified = await self.verifier.verify(body)
         now = time.time()
@@ -207,6 +221,8 @@ class Relay:
         log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
         if self.cluster is not None:
             self.cluster.publish_profile(node_id, summary.measured_at, body)
+        if self.mesh is not None and not from_mesh:
+            self.mesh.publish_profile(body)
         return (200 if replaced else 201), {"node_id": node_id, "measured_at": summary.measured_at,
                                             "status": "replaced" if replaced else "stored"}
 
@@ -245,7 +261,8 @@ class Relay:
             duty = min(1.0, max(self.config.link_refit_max_duty, 0.001))
             self._refit_not_before = time.monotonic() + took * (1 / duty - 1)
 
-    async def add_link(self, body: bytes, now: float, from_cluster: bool = False) -> dict[str, Any]:
+    async def add_link(self, body: bytes, now: float, from_cluster: bool = False,
+                       from_mesh: bool = False) -> dict[str, Any]:
         """Verifies a co-signed LinkSample (POST /v1/links, the node's answer on a live session, or a peer
         relay's over NATS) and stores it; raises Problem naming what is wrong. Samples taken here are
         published to the cluster (each relay judges them against its own landmarks' edges)."""
@@ -274,6 +291,8 @@ class Relay:
             return sample  # not newer than the one held (a sample seen twice, or out of order)
         if send and self.cluster is not None:
             self.cluster.publish_link(sample)
+        if confirmed and self.mesh is not None and not (from_cluster or from_mesh):
+            self.mesh.publish_link(sample)  # what this relay took and confirmed (its peers publish their own)
         return sample
 
     def new_session_id(self) -> str:

@@ -296,6 +296,9 @@ class RollCaller:
         """The totals a roll call proved, kept when the next one begins (and stored)."""
         call.proven = self.totals(call)
         body = json.dumps(call.to_json()).encode()
+        mesh = self.desk.relay.mesh
+        if mesh is not None:  # the final totals, signed, for any libp2p peer (docs/mesh.md)
+            mesh.publish_scoreboard(self.desk.relay.relay_id, call.to_json())
         self._spawn(self.desk.relay.store.write(Store.put_history_op(STORE_KEY, call.at, "roll_call", body,
                                                                      self.config.roll_calls_kept)))
 
