@@ -1,10 +1,12 @@
 // A libp2p peer the project did not write (issue 31): js-libp2p from npm with TCP, Noise, Yamux, identify, ping
 // and gossipsub, and its own canonical-JSON and Ed25519 code (node:crypto), so nothing here goes through
-// ce-bench's Python or browser code. tests/test_mesh.py copies it beside a pinned node_modules and runs:
+// ce-bench's Python or browser code. tests/test_mesh.py copies it beside node_modules installed from
+// tests/mesh_js/package-lock.json (npm ci) and runs:
 //   node mesh_peer.mjs listen MULTIADDR SECONDS          subscribe to the three topics; one JSON line per message
 //   node mesh_peer.mjs ping MULTIADDR                    ping a peer 5 times; identify's PeerId and protocols
 //   node mesh_peer.mjs pair MULTIADDR SEED_A SEED_B      two peers with their own keys ping each other, co-sign a
 //                                                        LinkSample and publish it, then the bad ones (JSON lines)
+//   node mesh_peer.mjs verify KIND JSON                 this file's own signature check of one record (its control)
 // Every line printed is one JSON object; errors end the process with {"error": ...} and exit code 1.
 if (!Promise.withResolvers) {  // Node 20 lacks it; current js-libp2p calls it
   Promise.withResolvers = function () {
@@ -141,6 +143,7 @@ try {
   if (mode === 'listen') await listen(args[0], Number(args[1]))
   else if (mode === 'ping') await pingPeer(args[0])
   else if (mode === 'pair') await pair(args[0], args[1], args[2])
+  else if (mode === 'verify') out({ verified: verify(args[0], JSON.parse(args[1])) })
   else throw new Error(`unknown mode ${mode}: listen, ping or pair`)
   process.exit(0)
 } catch (e) {
