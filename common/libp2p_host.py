@@ -30,6 +30,9 @@ Validator = Callable[[bytes], bool]
 OnMessage = Callable[[str, bytes, str], None]
 
 
+SCORES_KEPT = 1024  # peers whose last gossipsub score /v1/libp2p shows
+
+
 class Libp2pError(RuntimeError):
     """The libp2p host could not start (bad listen address, port taken, library missing); says which."""
 
@@ -85,6 +88,7 @@ class Libp2pHost:
         self.counts = MeshCounts()
         self.peer_id = ""
         self.multiaddrs: list[str] = []
+        self.scores: dict[str, float] = {}  # connected pubsub peer -> its gossipsub score (heartbeat-fresh)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -188,6 +192,7 @@ class Libp2pHost:
                 for topic in self.topics:
                     nursery.start_soon(self._deliver, await pubsub.subscribe(topic), topic, host)
                 nursery.start_soon(self._publish_loop, pubsub, receive)
+                nursery.start_soon(self._watch_scores, pubsub, gossipsub)
                 self._send = send
                 self._token = trio.lowlevel.current_trio_token()
                 self._ready.set()
@@ -197,11 +202,13 @@ class Libp2pHost:
         from libp2p.pubsub.pubsub import Pubsub
         from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 
-        # v1.1 peer scoring, P4 only: every message a peer sends that validation refuses costs it 10 points
-        # (squared, as the spec weighs P4), decaying by half about every minute at the 1 s heartbeat; below
-        # -100 its gossip is ignored (graylist). The other score terms stay off: they need a mesh of many
-        # peers to mean anything and punish a quiet honest peer.
-        params = ScoreParams(p4_invalid_messages=TopicScoreParams(weight=-10.0, cap=1000.0, decay=0.99),
+        # v1.1 peer scoring, P4 only: every message a peer sends that validation refuses costs it 10 points,
+        # decaying by 1% a heartbeat (half in ~70 s at 1 s); below -50 nothing it publishes is taken and below
+        # -100 its gossip is ignored (graylist): six bad messages mute a peer for about a minute. py-libp2p
+        # 0.8.1 subtracts weight x count (the spec adds a negative weight x count squared), so the weight here
+        # is positive; tests/test_mesh.py watches the score fall. The other terms stay off: they need a mesh of
+        # many peers to mean anything and punish a quiet honest peer.
+        params = ScoreParams(p4_invalid_messages=TopicScoreParams(weight=10.0, cap=1000.0, decay=0.99),
                              publish_threshold=-50.0, gossip_threshold=-50.0, graylist_threshold=-100.0)
         gossipsub = GossipSub(protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4, degree_high=12,
                               heartbeat_interval=self.heartbeat_interval_s, score_params=params)
@@ -237,6 +244,22 @@ class Libp2pHost:
                     self.on_message(topic, bytes(msg.data), sender.to_base58())
                 except Exception:  # noqa: BLE001 - the caller's bug must not stop delivery
                     log.exception("mesh message handler failed")
+
+    async def _watch_scores(self, pubsub: Any, gossipsub: Any) -> None:
+        """Every heartbeat: each connected pubsub peer's gossipsub score, read on this thread (the scorer's
+        dicts are not safe to read from another); a peer that left keeps its last score (the latest
+        SCORES_KEPT peers), and the whole dict is swapped in for /v1/libp2p."""
+        import trio
+
+        topics = list(self.topics)
+        while True:
+            scorer = gossipsub.scorer
+            if scorer is not None:
+                now = {peer.to_base58(): round(scorer.score(peer, topics), 3) for peer in list(pubsub.peers)}
+                kept = {p: s for p, s in self.scores.items() if p not in now}
+                self.scores = dict(list(kept.items())[-(SCORES_KEPT - len(now)):] if len(now) < SCORES_KEPT else [])
+                self.scores.update(now)
+            await trio.sleep(self.heartbeat_interval_s)
 
     async def _publish_loop(self, pubsub: Any, receive: Any) -> None:
         async for topic, data in receive:

@@ -235,6 +235,8 @@ def test_two_js_peers_publish_a_sample_and_bad_ones_change_nothing(js_peer: Path
         # one-sided, forged, malformed, not JSON: refused at gossipsub validation (the sender's score falls)
         assert info["refused_at_validation"].get("ce-netgraph", 0) >= 4, info
         assert info["taken"].get("LinkSample:taken", 0) >= 1, info
+        # ...and the peer that sent them (js peer a, PeerId = NodeId a) scores below zero on the relay
+        assert info["peer_scores"].get(a, 0.0) < 0, info["peer_scores"]
         assert relay.get("/beacon")[0] == 200  # and the relay serves on
 
 

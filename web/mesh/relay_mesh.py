@@ -79,7 +79,8 @@ class RelayMesh:
                 "protocols": ["/ipfs/id/1.0.0", "/ipfs/ping/1.0.0", "/meshsub/1.1.0"],
                 "published": counts.published, "dropped_queue_full": counts.dropped_queue_full,
                 "received": dict(counts.accepted), "refused_at_validation": dict(counts.rejected),
-                "taken": dict(self.outcomes)}
+                "taken": dict(self.outcomes),
+                "peer_scores": dict(self.host.scores)}
 
     # --- what the relay publishes ---
 
