@@ -152,6 +152,9 @@ def canonical_bytes(obj: Mapping[str, Any], without: Iterable[str] = ()) -> byte
     body = {k: v for k, v in obj.items() if k not in skip}
     try:
         return _canonical(body)
+    except RecursionError:  # json.loads parses ~10^5 levels; the serialisers recurse once per level
+        raise CanonicalError("$", "nested too deeply to serialise (hundreds of levels of arrays or "
+                                  "objects)") from None
     except (ValueError, rfc8785.CanonicalizationError) as exc:  # UnicodeEncodeError is a ValueError too
         raise find_domain_error(body) or CanonicalError("$", f"no canonical JSON form: {exc}") from None
 

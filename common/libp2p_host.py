@@ -93,6 +93,7 @@ class Libp2pHost:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._token: Any = None
+        self._host: Any = None
         self._send: Any = None
         self._cancel: Any = None
 
@@ -134,6 +135,68 @@ class Libp2pHost:
             return False
         return True
 
+    def ping(self, multiaddrs: list[str], count: int, gap_s: float, timeout_s: float) -> tuple[list[float], int]:
+        """Pings the peer at the first of its multiaddrs that connects, `count` times `gap_s` apart on one
+        /ipfs/ping/1.0.0 stream (32 random bytes each way): (the RTTs in ms of the pongs that came back, pings
+        sent). Blocking: call it from another thread than the host's (asyncio.to_thread). Raises Libp2pError."""
+        import trio
+
+        token = self._token
+        if token is None:
+            raise Libp2pError("the libp2p host is not running")
+        try:
+            result: tuple[list[float], int] = trio.from_thread.run(self._ping, multiaddrs, count, gap_s, timeout_s,
+                                                                    trio_token=token)
+        except (trio.TooSlowError, trio.RunFinishedError) as exc:
+            raise Libp2pError(f"libp2p ping did not finish within {timeout_s:g} s ({type(exc).__name__})") from None
+        return result
+
+    async def _ping(self, multiaddrs: list[str], count: int, gap_s: float,
+                    timeout_s: float) -> tuple[list[float], int]:
+        import secrets
+        import time
+
+        import multiaddr
+        import trio
+        from libp2p.host.ping import ID as PING_PROTOCOL
+        from libp2p.peer.peerinfo import info_from_p2p_addr
+
+        rtts: list[float] = []
+        sent = 0
+        with trio.fail_after(timeout_s):
+            info, failures = None, []
+            for text in multiaddrs:
+                try:
+                    candidate = info_from_p2p_addr(multiaddr.Multiaddr(text))
+                    await self._host.connect(candidate)
+                    info = candidate
+                    break
+                except Exception as exc:  # noqa: BLE001 - the next address may connect; all failures are reported
+                    failures.append(f"{text}: {type(exc).__name__}")
+            if info is None:
+                raise Libp2pError(f"no multiaddr of the peer connects ({'; '.join(failures)[:300]})")
+            stream = await self._host.new_stream(info.peer_id, [PING_PROTOCOL])
+            try:
+                for i in range(count):
+                    if i:
+                        await trio.sleep(gap_s)
+                    payload = secrets.token_bytes(32)
+                    started = time.perf_counter()
+                    sent += 1
+                    await stream.write(payload)
+                    echoed = b""
+                    while len(echoed) < len(payload):
+                        chunk = await stream.read(len(payload) - len(echoed))
+                        if not chunk:
+                            raise Libp2pError("the peer closed the ping stream")
+                        echoed += chunk
+                    if echoed == payload:  # a pong that is not the ping's is lost, not timed
+                        rtts.append((time.perf_counter() - started) * 1000)
+            finally:
+                with contextlib.suppress(Exception):
+                    await stream.close()
+        return rtts, sent
+
     def stop(self, timeout_s: float = 5.0) -> None:
         token, cancel = self._token, self._cancel
         if token is not None and cancel is not None:
@@ -169,6 +232,7 @@ class Libp2pHost:
                         announce_addrs=[multiaddr.Multiaddr(a) for a in self.announce] or None)
         send, receive = trio.open_memory_channel[tuple[str, bytes]](self.queue_max)
         async with host.run([multiaddr.Multiaddr(self.listen)]):
+            self._host = host
             self.peer_id = host.get_id().to_base58()
             listened = [str(a).split("/p2p/")[0] for a in host.get_addrs()]
             self.multiaddrs = [f"{a}/p2p/{self.peer_id}" for a in expand_wildcard(listened, local_ipv4())]

@@ -5,10 +5,14 @@ answer before anything starts."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 from capsule.peerid import PeerIdError, public_key_from_peer_id
 
+# RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens, 1-63 each, 253 in all
+DNS_NAME = re.compile(r"(?=.{1,253}\Z)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                      r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 MULTIADDRS_MAX = 8          # a node announces at most this many (one per interface, a public one or two)
 MULTIADDR_MAX_CHARS = 200
 
@@ -21,7 +25,7 @@ def multiaddr_problem(text: Any, need_peer_id: bool = True, peer_id: str | None 
     parts = text.split("/")
     if len(parts) < 5 or parts[0] != "" or parts[1] not in ("ip4", "ip6", "dns", "dns4", "dns6") or parts[3] != "tcp":
         return f"expected /ip4/ADDRESS/tcp/PORT[/p2p/PEER_ID], got {text!r}"
-    if not parts[4].isdigit() or not 0 <= int(parts[4]) <= 65535:
+    if not (parts[4].isascii() and parts[4].isdigit()) or not 0 <= int(parts[4]) <= 65535:
         return f"the TCP port must be 0-65535, got {parts[4]!r}"
     if parts[1] in ("ip4", "ip6"):
         try:
@@ -30,6 +34,8 @@ def multiaddr_problem(text: Any, need_peer_id: bool = True, peer_id: str | None 
             return f"not an IP address: {parts[2]!r}"
         if (address.version == 4) != (parts[1] == "ip4"):
             return f"{parts[2]!r} is not an {parts[1]} address"
+    elif not DNS_NAME.fullmatch(parts[2]):
+        return f"not a DNS name: {parts[2]!r}"
     rest = parts[5:]
     if not rest:
         return "expected /p2p/PEER_ID at the end" if need_peer_id else None

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.keys import NodeKey
-from common.multiaddrs import MULTIADDRS_MAX
 from host_runner.claim_drift import DriftConfig, drift
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
@@ -184,8 +183,7 @@ class Agent:
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
                                        say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
                                        warm=challenge_shape(result.profile),
-                                       multiaddrs=self.libp2p.multiaddrs[:MULTIADDRS_MAX] if self.libp2p else None
-                                       ).start()
+                                       libp2p=self.libp2p).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)

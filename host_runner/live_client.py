@@ -72,8 +72,11 @@ class LiveSession:
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
                  gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
                  peer_probes: bool = False, warm: tuple[int, int, int] | None = None,
-                 multiaddrs: list[str] | None = None) -> None:
-        self.multiaddrs = multiaddrs or []  # this node's libp2p host, announced after the first heartbeat
+                 libp2p: Any = None) -> None:
+        # this node's libp2p host (common/libp2p_host.py): its multiaddrs are announced after the first heartbeat,
+        # and brokered probes with another server go over libp2p ping
+        self.libp2p = libp2p
+        self.multiaddrs: list[str] = libp2p.multiaddrs[:8] if libp2p is not None else []
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
@@ -112,7 +115,7 @@ class LiveSession:
         if peer_probes:
             from host_runner.peer_probe import PeerProber
 
-            self.peers = PeerProber(signer, self._send_current)
+            self.peers = PeerProber(signer, self._send_current, libp2p)
 
     def start(self) -> LiveSession:
         self._thread.start()
@@ -391,10 +394,11 @@ class LiveSession:
                                               "seq": seq, "sent_at": int(time.time())}, self.signer)
                     self._send(ws, {"type": "heartbeat", "heartbeat": beat})
                     seq += 1
-                    if seq == 1 and self.peers is not None:  # after the heartbeat that names this node
-                        self._send(ws, {"type": "peers", "transports": ["webrtc"]})
-                    if seq == 1 and self.multiaddrs:
+                    if seq == 1 and self.multiaddrs:  # after the heartbeat that names this node
                         self._send(ws, {"type": "libp2p", "multiaddrs": self.multiaddrs})
+                    if seq == 1 and self.peers is not None:
+                        transports = ["libp2p", "webrtc"] if self.multiaddrs else ["webrtc"]
+                        self._send(ws, {"type": "peers", "transports": transports})
                     next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
                 try:
                     frame = ws.recv(timeout=0.5)

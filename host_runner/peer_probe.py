@@ -102,8 +102,9 @@ class PeerProber:
     """Takes the relay's peer-probe messages (from the live session's thread) and runs each probe on its own
     event loop; `send` puts a message on the current live session (thread-safe)."""
 
-    def __init__(self, signer: Signer, send: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, signer: Signer, send: Callable[[dict[str, Any]], None], libp2p: Any = None) -> None:
         self.signer = signer
+        self.libp2p = libp2p  # common.libp2p_host.Libp2pHost: probes over libp2p ping where the relay asks
         self.me = node_id(signer)
         self.send = send
         self.measured: list[dict[str, Any]] = []  # co-signed samples this node took part in
@@ -160,9 +161,53 @@ class PeerProber:
             future.set_result(str(sdp))
 
     async def _probe(self, message: dict[str, Any]) -> None:
+        probe, peer = str(message.get("probe")), str(message.get("peer"))
+        if message.get("transport") == "libp2p":
+            try:
+                await asyncio.wait_for(self._ping_probe(message, probe, peer), PROBE_DEADLINE_S)
+            except Exception as exc:  # noqa: BLE001 - whatever broke, the relay is told
+                self._failed(probe, exc)
+            return
+        await self._webrtc_probe(message, probe, peer)
+
+    def _failed(self, probe: str, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        self.failures.append(reason)
+        with contextlib.suppress(Exception):
+            self.send({"type": "peer_failed", "probe": probe, "reason": reason})
+
+    async def _ping_probe(self, message: dict[str, Any], probe: str, peer: str) -> None:
+        """libp2p ping (docs/mesh.md): each side pings the other itself; the offerer proposes, the answerer
+        co-signs only what its own pings agree with (as on the WebRTC data channel)."""
+        addrs = [a for a in message.get("multiaddrs") or [] if isinstance(a, str) and a.endswith(f"/p2p/{peer}")]
+        if self.libp2p is None or not addrs:
+            raise ValueError("no libp2p host here, or no multiaddr of the peer that names it")
+        rtts, sent = await asyncio.to_thread(self.libp2p.ping, addrs[:8], PEER_PINGS, PEER_PING_GAP_S,
+                                             PROBE_DEADLINE_S - 5)
+        own = summarize(rtts, sent)
+        if message.get("role") == "offer":
+            body = {"a": self.me, "b": peer, **self.proposal(own), "bw_mbps": None, "measured_at": int(time.time())}
+            self.send({"type": "peer_offer", "probe": probe, "sample": sign("LinkSample", body, self.signer, "sig_a")})
+            return
+        cosigned = self._cosign(message.get("sample"), peer, own)
+        self.send({"type": "peer_sample", "probe": probe, "sample": cosigned})
+        self.measured.append(cosigned)
+
+    def _cosign(self, sample: Any, peer: str, own: dict[str, float]) -> dict[str, Any]:
+        """The answerer's checks of the offerer's proposal, then its signature (sig_b)."""
+        if not isinstance(sample, dict) or sample.get("a") != peer or sample.get("b") != self.me:
+            raise ValueError("the peer proposed a sample that is not of our link")
+        check_signature("LinkSample", sample, "sig_a", peer, default_verify())
+        rtt = sample.get("rtt_ms")
+        if not isinstance(rtt, int | float) or not LINK_RTT_MIN_MS <= rtt <= LINK_RTT_MAX_MS:
+            raise ValueError("the peer proposed an RTT outside physics")
+        if not agrees(float(rtt), own["rtt_ms"]):
+            raise ValueError(f"the peer proposed {rtt} ms; this side measured {own['rtt_ms']} ms")
+        return sign("LinkSample", sample, self.signer, "sig_b")
+
+    async def _webrtc_probe(self, message: dict[str, Any], probe: str, peer: str) -> None:
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection  # imported only where probes run
 
-        probe, peer = str(message.get("probe")), str(message.get("peer"))
         servers = [RTCIceServer(urls=u) for u in message.get("ice_servers") or [] if isinstance(u, str)]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))  # [] : no default (Google) STUN server
         try:
@@ -171,10 +216,7 @@ class PeerProber:
             else:
                 await asyncio.wait_for(self._answer(pc, probe, peer, str(message.get("sdp"))), PROBE_DEADLINE_S)
         except Exception as exc:  # whatever broke (ICE, DTLS, a lying peer), the relay is told and the pc closed
-            reason = f"{type(exc).__name__}: {exc}"[:200]
-            self.failures.append(reason)
-            with contextlib.suppress(Exception):
-                self.send({"type": "peer_failed", "probe": probe, "reason": reason})
+            self._failed(probe, exc)
         finally:
             self._answers.pop(probe, None)
             await pc.close()
@@ -211,16 +253,7 @@ class PeerProber:
         self.send({"type": "peer_answer", "probe": probe, "sdp": pc.localDescription.sdp})
         channel = await opened
         own = await channel.measure()
-        sample = (await channel.expect("cosign")).get("sample")
-        if not isinstance(sample, dict) or sample.get("a") != peer or sample.get("b") != self.me:
-            raise ValueError("the peer proposed a sample that is not of our link")
-        check_signature("LinkSample", sample, "sig_a", peer, default_verify())
-        rtt = sample.get("rtt_ms")
-        if not isinstance(rtt, int | float) or not LINK_RTT_MIN_MS <= rtt <= LINK_RTT_MAX_MS:
-            raise ValueError("the peer proposed an RTT outside physics")
-        if not agrees(float(rtt), own["rtt_ms"]):
-            raise ValueError(f"the peer proposed {rtt} ms; this side measured {own['rtt_ms']} ms")
-        cosigned = sign("LinkSample", sample, self.signer, "sig_b")
+        cosigned = self._cosign((await channel.expect("cosign")).get("sample"), peer, own)
         channel.channel.send(json.dumps({"t": "cosigned", "sample": cosigned}))
         self.send({"type": "peer_sample", "probe": probe, "sample": cosigned})
         self.measured.append(cosigned)

@@ -176,7 +176,7 @@ def test_every_message_carries_the_fields_a_node_reads() -> None:
     a, z = probe.offerer, probe.answerer
     ice = ["stun:stun.example:3478"]
     assert (to, told) == (a.session, {"type": "peer_probe", "probe": probe.probe, "peer": z.node_id,
-                                      "role": "offer", "ice_servers": ice})
+                                      "role": "offer", "transport": "webrtc", "ice_servers": ice})
     assert b.offer(a.session, {"probe": probe.probe, "sdp": SDP}) == [
         (z.session, {"type": "peer_probe", "probe": probe.probe, "peer": a.node_id, "role": "answer", "sdp": SDP,
                      "ice_servers": ice})]
@@ -185,7 +185,8 @@ def test_every_message_carries_the_fields_a_node_reads() -> None:
         (a.session, {"type": "peer_answer", "probe": probe.probe, "sdp": answer_sdp})]
     linked = {"a": z.node_id, "b": a.node_id, "rtt_ms": 12.5}  # either node may be the sample's a
     assert b.sample(z.session, {"probe": probe.probe, "sample": linked}) == (probe, linked)
-    done = {"type": "peer_done", "probe": probe.probe, "code": "measured", "rtt_ms": 12.5, "confirmed": False}
+    done = {"type": "peer_done", "probe": probe.probe, "code": "measured", "rtt_ms": 12.5, "confirmed": False,
+            "transport": "webrtc"}
     assert b.finish(probe, "measured", 12.5, False) == [(a.session, done), (z.session, done)]
     assert b.outcomes == {"brokered": 1, "measured": 1}
 
@@ -231,7 +232,8 @@ def test_either_side_may_fail_the_probe_and_both_hear_peer_failed() -> None:
     assert stranger.code == "unknown_probe" and "in flight for this session" in stranger.detail
     assert _refused(lambda: b.failed(outsider, {"reason": "x"})).code == "unknown_probe"
     for probe, side in ((first, first.answerer), (second, second.offerer)):
-        done = {"type": "peer_done", "probe": probe.probe, "code": "peer_failed", "rtt_ms": None, "confirmed": None}
+        done = {"type": "peer_done", "probe": probe.probe, "code": "peer_failed", "rtt_ms": None, "confirmed": None,
+                "transport": "webrtc"}
         assert b.failed(side.session, {"probe": probe.probe, "reason": "ICE failed"}) == [
             (probe.offerer.session, done), (probe.answerer.session, done)]
     assert b.probes == {} and b.outcomes["peer_failed"] == 2

@@ -183,6 +183,37 @@ def test_two_servers_measure_each_other_and_the_relay_confirms_it(tmp_path: Path
                 s.stop()
 
 
+def test_two_servers_with_libp2p_hosts_measure_each_other_by_libp2p_ping(tmp_path: Path) -> None:
+    """Both nodes announce a libp2p host: the relay brokers libp2p ping (docs/mesh.md), no SDP; each side
+    pings the other itself, the answerer co-signs what its own pings agree with, and the sample is judged as
+    any other."""
+    from common.libp2p_host import Libp2pHost
+
+    with RelayProcess(tmp_path / "data", *FAST) as relay:
+        keys = [register(relay), register(relay)]
+        hosts = [Libp2pHost(k.seed, "/ip4/127.0.0.1/tcp/0") for k in keys]
+        sessions: list[LiveSession] = []
+        try:
+            for host in hosts:
+                host.start()
+            sessions = [LiveSession(relay.url, k, peer_probes=True, libp2p=h).start() for k, h in zip(keys, hosts,
+                                                                                                      strict=True)]
+            a, b = (k.node_id for k in keys)
+            until("a node-to-node edge on /netgraph", 40, lambda: edges_of(relay, a, b))
+            [edge] = edges_of(relay, a, b)
+            verify_record("LinkSample", edge)
+            assert 0 < edge["rtt_ms"] < 50, edge
+            until("both sides told the probe was measured over libp2p", 20, lambda: all(
+                any(m["code"] == "measured" and m["transport"] == "libp2p" for m in s.peers.done)
+                for s in sessions if s.peers))
+            assert not any(m["transport"] == "webrtc" for s in sessions if s.peers for m in s.peers.done)
+        finally:
+            for s in sessions:
+                s.stop()
+            for host in hosts:
+                host.stop()
+
+
 class Liar(PeerProber):
     """Proposes ten times the RTT it measured (to look far from a rival, or to drag the map)."""
 

@@ -38,7 +38,11 @@ class PeerDesk:
 
     async def tick(self) -> None:
         now = time.monotonic()
-        await self._deliver(self.broker.expire(now) + self.broker.pair(now, self.rng, self._predict_ms))
+        await self._deliver(self.broker.expire(now) + self.broker.pair(now, self.rng, self._predict_ms,
+                                                                       self._multiaddrs_of))
+
+    def _multiaddrs_of(self, node_id: str) -> list[str]:
+        return self.relay.multiaddrs.get(node_id, [])
 
     async def on_peers(self, session: str, node_id: str | None, send: Send, message: dict[str, Any]) -> None:
         out = self.broker.peers(session, node_id, message.get("transports"))

@@ -14,7 +14,17 @@ every method returns the messages to send, as (session, message) pairs; web/live
       the sample (median RTT of its pings, sig_a) and B co-signs it only if its own pings agree (sig_b)
     B     -> relay {"type": "peer_sample", "probe": ID, "sample": LinkSample}
     relay -> A, B  {"type": "peer_done", "probe": ID, "code": "measured" | why not, "rtt_ms": F | null,
-                    "confirmed": bool | null}
+                    "confirmed": bool | null, "transport": "webrtc" | "libp2p"}
+
+Where both nodes take part with "libp2p" and announced their multiaddrs (the live session's `libp2p`
+message: server nodes, docs/mesh.md), the probe is libp2p ping instead (seed 000 section 3), with no SDP:
+    relay -> A     {"type": "peer_probe", "probe": ID, "peer": B, "role": "offer", "transport": "libp2p",
+                    "multiaddrs": [B's]}
+      A pings B (/ipfs/ping/1.0.0, PEER_PINGS times) and proposes the sample (sig_a):
+    A     -> relay {"type": "peer_offer", "probe": ID, "sample": LinkSample}
+    relay -> B     {"type": "peer_probe", "probe": ID, "peer": A, "role": "answer", "transport": "libp2p",
+                    "multiaddrs": [A's], "sample": LinkSample}
+      B pings A itself and co-signs only if its own pings agree: peer_sample as above.
     A | B -> relay {"type": "peer_failed", "probe": ID, "reason": TEXT}   ends the probe for both
 
 Pairing follows Vivaldi's neighbour rule (Dabek et al. 2004, section 5.5: coordinates converge fastest and
@@ -36,13 +46,15 @@ from web.live import LiveError
 
 Outgoing = list[tuple[str, dict[str, Any]]]  # (session id, message)
 MAX_SDP_CHARS = 6000  # an offer with a dozen candidates is ~1.5 KB; the message limit is web/live.py's
-TRANSPORTS = frozenset({"webrtc"})
+TRANSPORTS = frozenset({"webrtc", "libp2p"})
+MultiaddrsOf = Callable[[str], list[str]]  # node id -> the libp2p multiaddrs its live session announced
 
 
 @dataclass
 class Participant:
     session: str
     node_id: str
+    transports: frozenset[str] = frozenset({"webrtc"})
     probe: str | None = None      # the probe it is in now (one at a time)
     last_offered: float = -1e18   # when it last started a probe as the offerer
 
@@ -54,6 +66,8 @@ class PeerProbe:
     answerer: Participant
     started: float
     stage: str = "offer"  # offer (waiting for A's offer) -> answer (B's answer) -> measure (the sample)
+    transport: str = "webrtc"
+    multiaddrs: dict[str, list[str]] = field(default_factory=dict)  # libp2p: node id -> where it is pinged
 
 
 @dataclass
@@ -71,11 +85,14 @@ class PeerBroker:
                                                '{"transports": ["webrtc"]}')
         if node_id is None:
             raise LiveError("unknown_node", "send a heartbeat before taking part in peer probes")
-        if not TRANSPORTS.intersection(transports):
+        taken = TRANSPORTS.intersection(transports)
+        if not taken:
             return self.leave(session, "opted_out")
         known = self.participants.get(session)
         if known is None or known.node_id != node_id:
-            self.participants[session] = Participant(session, node_id)
+            self.participants[session] = Participant(session, node_id, frozenset(taken))
+        else:
+            known.transports = frozenset(taken)
         return []
 
     def leave(self, session: str, code: str = "peer_left") -> Outgoing:
@@ -85,9 +102,11 @@ class PeerBroker:
             return []
         return self._end(self.probes[gone.probe], code)
 
-    def pair(self, now: float, rng: random.Random, predict_ms: Callable[[str, str], float | None]) -> Outgoing:
+    def pair(self, now: float, rng: random.Random, predict_ms: Callable[[str, str], float | None],
+             multiaddrs_of: MultiaddrsOf = lambda _: []) -> Outgoing:
         """Starts the probes that are due: every idle participant whose last offer is peer_probe_interval_s
-        old offers to a partner (neighbour rule above), within peer_probe_max_active probes at once."""
+        old offers to a partner (neighbour rule above), within peer_probe_max_active probes at once; over
+        libp2p ping where both take part with it and announced multiaddrs, else over WebRTC."""
         config = self.config
         offerers = [p for p in self.participants.values()
                     if p.probe is None and now - p.last_offered >= config.peer_probe_interval_s]
@@ -108,8 +127,20 @@ class PeerBroker:
             self.last_pair[_pair(offerer.node_id, partner.node_id)] = now
             self.probes[probe.probe] = probe
             self.outcomes["brokered"] += 1
+            addrs = {p.node_id: multiaddrs_of(p.node_id) for p in (offerer, partner)
+                     if "libp2p" in p.transports}
+            if len(addrs) == 2 and all(addrs.values()):
+                probe.transport, probe.multiaddrs = "libp2p", addrs
+                out.append((offerer.session, {"type": "peer_probe", "probe": probe.probe, "peer": partner.node_id,
+                                              "role": "offer", "transport": "libp2p",
+                                              "multiaddrs": addrs[partner.node_id]}))
+                continue
+            if "webrtc" not in offerer.transports or "webrtc" not in partner.transports:
+                out += self._end(probe, "no_common_transport")
+                continue
             out.append((offerer.session, {"type": "peer_probe", "probe": probe.probe, "peer": partner.node_id,
-                                          "role": "offer", "ice_servers": list(config.peer_ice_servers)}))
+                                          "role": "offer", "transport": "webrtc",
+                                          "ice_servers": list(config.peer_ice_servers)}))
         return out
 
     def _partner(self, offerer: Participant, now: float, rng: random.Random,
@@ -136,7 +167,15 @@ class PeerBroker:
         return probe
 
     def offer(self, session: str, message: dict[str, Any]) -> Outgoing:
-        probe, sdp = self._probe(session, message, "offer", "offerer"), _sdp(message)
+        probe = self._probe(session, message, "offer", "offerer")
+        if probe.transport == "libp2p":  # the offerer pinged and proposes; the answerer pings and co-signs
+            sample = self._of_pair(probe, message)
+            probe.stage = "measure"
+            return [(probe.answerer.session, {"type": "peer_probe", "probe": probe.probe,
+                                              "peer": probe.offerer.node_id, "role": "answer", "transport": "libp2p",
+                                              "multiaddrs": probe.multiaddrs[probe.offerer.node_id],
+                                              "sample": sample})]
+        sdp = _sdp(message)
         probe.stage = "answer"
         return [(probe.answerer.session, {"type": "peer_probe", "probe": probe.probe, "peer": probe.offerer.node_id,
                                           "role": "answer", "sdp": sdp,
@@ -151,11 +190,16 @@ class PeerBroker:
         """The answerer's co-signed sample, checked to be of this probe's pair (the signatures and the
         landmarks are the relay's add_link's to check); the caller ends the probe with finish()."""
         probe = self._probe(session, message, "measure", "answerer")
+        return probe, self._of_pair(probe, message)
+
+    @staticmethod
+    def _of_pair(probe: PeerProbe, message: dict[str, Any]) -> dict[str, Any]:
         sample = message.get("sample")
         if not isinstance(sample, dict) or {sample.get("a"), sample.get("b")} != {probe.offerer.node_id,
                                                                                   probe.answerer.node_id}:
-            raise LiveError("invalid_message", "peer_sample needs the LinkSample of this probe's two nodes")
-        return probe, sample
+            raise LiveError("invalid_message", f"{message.get('type')} needs the LinkSample of this probe's two "
+                                               "nodes")
+        return sample
 
     def finish(self, probe: PeerProbe, code: str, rtt_ms: float | None = None,
                confirmed: bool | None = None) -> Outgoing:
@@ -179,7 +223,8 @@ class PeerBroker:
         if self.probes.pop(probe.probe, None) is None:
             return []
         self.outcomes[code] += 1
-        done = {"type": "peer_done", "probe": probe.probe, "code": code, "rtt_ms": rtt_ms, "confirmed": confirmed}
+        done = {"type": "peer_done", "probe": probe.probe, "code": code, "rtt_ms": rtt_ms, "confirmed": confirmed,
+                "transport": probe.transport}
         out: Outgoing = []
         for side in (probe.offerer, probe.answerer):
             side.probe = None

@@ -64,7 +64,8 @@ def judge(topic: str, data: bytes) -> Judged:
         return Judged(False, kind, reason=f"expected a JSON object, got {type(record).__name__}")
     try:
         verify_record(kind, record)
-    except (ValidationError, SignatureError, PeerIdError, CanonicalError, ValueError, TypeError, KeyError) as exc:
+    except (ValidationError, SignatureError, PeerIdError, CanonicalError, ValueError, TypeError, KeyError,
+            RecursionError) as exc:
         return Judged(False, kind, reason=f"not a valid {kind}: {str(exc)[:200]}")
     return Judged(True, kind, record)
 
