@@ -107,7 +107,7 @@ def run_js(script: Path, *args: str, timeout_s: float = 60) -> list[dict[str, An
 def mesh_address(relay: RelayProcess) -> str:
     status, info, _ = relay.get("/v1/libp2p")
     assert status == 200, info
-    return next(a for a in info["multiaddrs"] if a.startswith("/ip4/127.0.0.1/"))
+    return str(next(a for a in info["multiaddrs"] if a.startswith("/ip4/127.0.0.1/")))
 
 
 def wait_for(check: Any, timeout_s: float, what: str) -> Any:
