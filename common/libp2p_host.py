@@ -31,6 +31,10 @@ OnMessage = Callable[[str, bytes, str], None]
 
 
 SCORES_KEPT = 1024  # peers whose last gossipsub score /v1/libp2p shows
+# py-libp2p drops a forwarder's messages beyond this many per topic per second (its default, 10, also counted
+# this host's own publications and silently dropped 80% of them at 50 profiles/s: BENCHMARKS.md "The CE
+# mesh"). Own messages are exempt below; other peers get room for a relay of 10,000 nodes (~33 link samples/s).
+PEER_MESSAGES_PER_TOPIC_PER_S = 200.0
 
 
 class Libp2pError(RuntimeError):
@@ -266,6 +270,12 @@ class Libp2pHost:
         from libp2p.pubsub.pubsub import Pubsub
         from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 
+        own = host.get_id()
+
+        class OwnMessagesUnthrottled(GossipSub):
+            def _check_spam_protection(self, peer_id: Any, msg: Any) -> bool:
+                return bool(peer_id == own or super()._check_spam_protection(peer_id, msg))
+
         # v1.1 peer scoring, P4 only: every message a peer sends that validation refuses costs it 10 points,
         # decaying by 1% a heartbeat (half in ~70 s at 1 s); below -50 nothing it publishes is taken and below
         # -100 its gossip is ignored (graylist): six bad messages mute a peer for about a minute. py-libp2p
@@ -274,15 +284,19 @@ class Libp2pHost:
         # many peers to mean anything and punish a quiet honest peer.
         params = ScoreParams(p4_invalid_messages=TopicScoreParams(weight=10.0, cap=1000.0, decay=0.99),
                              publish_threshold=-50.0, gossip_threshold=-50.0, graylist_threshold=-100.0)
-        gossipsub = GossipSub(protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4, degree_high=12,
-                              heartbeat_interval=self.heartbeat_interval_s, score_params=params)
+        gossipsub = OwnMessagesUnthrottled(protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4,
+                                           degree_high=12, heartbeat_interval=self.heartbeat_interval_s,
+                                           score_params=params,
+                                           max_messages_per_topic_per_second=PEER_MESSAGES_PER_TOPIC_PER_S)
         pubsub = Pubsub(host, gossipsub)
         for topic, validator in self.topics.items():
-            pubsub.set_topic_validator(topic, self._validator(topic, validator), False)
+            pubsub.set_topic_validator(topic, self._validator(topic, validator, own.to_bytes()), False)
         return pubsub, gossipsub
 
-    def _validator(self, topic: str, validator: Validator) -> Callable[[Any, Any], bool]:
+    def _validator(self, topic: str, validator: Validator, own: bytes) -> Callable[[Any, Any], bool]:
         def validate(_peer: Any, msg: Any) -> bool:
+            if bytes(msg.from_id) == own:
+                return True  # this host's own publication: its caller checked it already (py-libp2p asks again)
             try:
                 ok = bool(validator(bytes(msg.data)))
             except Exception:  # noqa: BLE001 - a validator bug refuses the message; it never stops the host

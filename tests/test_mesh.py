@@ -183,6 +183,33 @@ def test_a_js_peer_reads_profile_edge_and_scoreboard_and_pings_the_node(js_peer:
                 node.wait(timeout=30)
 
 
+def test_every_profile_accepted_in_a_burst_reaches_the_subscriber(js_peer: Path, tmp_path: Path) -> None:
+    """60 profiles posted back to back: every one is on the mesh (py-libp2p's default spam limit, 10 messages
+    per topic per second and forwarder, once dropped 80% of a relay's own publications, counted as sent)."""
+    with RelayProcess(tmp_path / "relay", *FAST) as relay:
+        listener = JsPeer(js_peer, "listen", mesh_address(relay), "60")
+        try:
+            listener.until(lambda line: "listening" in line, 30)
+            time.sleep(1.5)  # the relay's gossipsub takes the subscription in at its next heartbeat
+            beacon = relay.get("/beacon")[1]
+            posted = set()
+            for _ in range(60):
+                key, profile = sample_profile(beacon=beacon)
+                assert relay.post("/v1/profiles", profile)[0] == 201
+                posted.add(key.node_id)
+            got: set[str] = set()
+
+            def all_in(line: dict[str, Any]) -> bool:
+                if line.get("kind") == "NodeProfile" and line["verified"]:
+                    got.add(line["record"]["node_id"])
+                return got >= posted
+
+            listener.until(all_in, 20)
+            assert got == posted
+        finally:
+            listener.stop()
+
+
 def register(relay: RelayProcess, seed: bytes) -> str:
     """A node over HTTP, as the js peers are: a profile signed with the peer's own key (its seed)."""
     key = NodeKey(SigningKey(seed))

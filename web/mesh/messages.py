@@ -1,11 +1,11 @@
 """The mesh's topics and what a message on each must be (pure: no I/O, no relay state).
 
-Every message is one signed record as the HTTP API serves it, canonical JSON bytes as they were signed, so a
-peer checks it with Ed25519 against the signer's PeerId alone (docs/mesh.md has the signing rule). Gossip
-validation is deliberately state-free (schema, size, every signature): each relay of the mesh then judges an
-accepted record by the rules that records arriving over HTTP and NATS meet (a profile must cite a recent
-beacon round, a sample's endpoints must be known, a sample nobody measured moves nothing), which depend on
-what that relay holds. A peer's gossip score falls only for what no relay could ever take.
+Every message is one signed record as the HTTP API serves it (a profile byte for byte as its node posted it, the
+others in RFC 8785 form), so a peer checks it with Ed25519 against the signer's PeerId alone (docs/mesh.md has
+the signing rule). Gossip validation is deliberately state-free (schema, size, every signature): each relay of
+the mesh then judges an accepted record by the rules that records arriving over HTTP and NATS meet (a profile
+must cite a recent beacon round, a sample's endpoints must be known, a sample nobody measured moves nothing),
+which depend on what that relay holds. A peer's gossip score falls only for what no relay could ever take.
 """
 
 from __future__ import annotations
