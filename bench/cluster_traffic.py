@@ -54,7 +54,7 @@ async def measure(nats_url: str, a: RelayProcess, b: RelayProcess, keys: list[No
     url = a.url.replace("http://", "ws://") + "/v1/live"
     tasks = []
     for i, key in enumerate(keys[:-1]):
-        tasks.append(asyncio.create_task(session(url, key, stats, stop)))
+        tasks.append(asyncio.create_task(session(url, key, stats, stop, False)))
         if i % 200 == 199:
             await asyncio.sleep(0.2)
     await asyncio.sleep(8)  # every session has beaten; a first full digest went out
@@ -74,7 +74,7 @@ async def measure(nats_url: str, a: RelayProcess, b: RelayProcess, keys: list[No
     await nc.close()
     late = keys[-1]  # one more session: how long until B shows it online
     t0 = time.perf_counter()
-    tasks.append(asyncio.create_task(session(url, late, stats, stop)))
+    tasks.append(asyncio.create_task(session(url, late, stats, stop, False)))
     while not await asyncio.to_thread(online, b.url, late.node_id):
         await asyncio.sleep(0.1)
     propagation_s = time.perf_counter() - t0

@@ -1,20 +1,24 @@
-"""How many live sessions one relay process holds (issue 11, item 8): the figure that decides how many relays
-a network of phones needs.
+"""How many live sessions one relay process holds (issue 11, item 8): the figure that decides how many relays a
+network of phones needs.
 
     .venv/bin/python bench/relay_sessions.py [--steps 100,1000,5000,10000] [--hold-s 30] [--processes N]
+                                             [--old-clients] [--probe-sessions 100]
 
-Method: one relay process (default config: heartbeat interval 10 s, a ping every interval, a 256 KiB
-bandwidth probe per session at first and then every 600 s on average, within the relay's 64 Mbit/s probe
-budget). A load generator (one asyncio process, websockets) registers N nodes
-(POST /v1/profiles) and opens N live sessions, each doing what `host_runner/live_client.py` does: a signed
-heartbeat every interval / 2, a pong for every ping, a bw_ack for every probe, a signature on every cosign
-request. Sessions ramp up in steps; at each step the generator holds them for --hold-s and records the time
-from sending each heartbeat to its ack. Reference in the same run: the same latency at the first (smallest)
-step. Relay RSS is read from /proc. Targets: 10,000 concurrent sessions, heartbeat ack p99 <= 100 ms,
-relay RSS <= 1 GiB. The generator shares the 2 cores with the relay: figures are lower bounds for the relay.
-With --processes N: `ce-bench relay --processes N --nats URL` (N processes on one port, SO_REUSEPORT, each a
-member of a cluster on one nats-server started here); CPU is the sum over the processes (nats-server's too,
-said apart), RSS the largest process's.
+Method: one relay process (default config: heartbeat interval 10 s, a ping every interval, a 256 KiB bandwidth
+probe per session at first and then every 600 s on average, within the relay's 64 Mbit/s probe budget). A load
+generator (one asyncio process, websockets) registers N nodes (POST /v1/profiles) and opens N live sessions,
+each doing what `host_runner/live_client.py` does: its signed heartbeats (below), a pong for every ping,
+a bw_ack for every probe, a signature on every cosign request. Sessions ramp up in steps; at each step the
+generator holds them for --hold-s and records the time from sending each heartbeat to its ack. Reference in the
+same run: the same latency at the first (smallest) step. Liveness (issue 32): a relay's welcome says "liveness":
+"pongs", and sessions then sign one heartbeat and keep live by their pongs, as `ce-bench node` and the join page
+do; the first --probe-sessions sessions keep signing one every interval / 2 and time its ack: the relay's answer
+time under the load of all the others. --old-clients: every session signs a heartbeat every interval / 2 (the
+protocol before 2026-12-06, the load the earlier figures were measured under). Relay RSS is read from /proc.
+Targets: 10,000 concurrent sessions, heartbeat ack p99 <= 100 ms, relay RSS <= 1 GiB. The generator shares the 2
+cores with the relay: figures are lower bounds for the relay. With --processes N: `ce-bench relay --processes N
+--nats URL` (N processes on one port, SO_REUSEPORT, each a member of a cluster on one nats-server started here);
+CPU is the sum over the processes (nats-server's too, said apart), RSS the largest process's.
 """
 
 from __future__ import annotations
@@ -55,13 +59,16 @@ class Stats:
         self.recording = False
 
 
-async def session(url: str, key: NodeKey, stats: Stats, stop: asyncio.Event) -> None:
+async def session(url: str, key: NodeKey, stats: Stats, stop: asyncio.Event, every_half_interval: bool) -> None:
     try:
         async with connect(url, open_timeout=60, max_size=2**20, ping_interval=None) as ws:
             welcome = json.loads(await ws.recv())
             interval = float(welcome["heartbeat_interval_s"])
+            # one heartbeat where pongs keep the session live, unless this session times acks (or plays an
+            # old client)
+            every = interval / 2 if every_half_interval or welcome.get("liveness") != "pongs" else None
             sent: dict[int, float] = {}
-            beat_task = asyncio.create_task(beats(ws, key, welcome["session"], interval, sent, stop))
+            beat_task = asyncio.create_task(beats(ws, key, welcome["session"], every, sent, stop))
             try:
                 async for frame in ws:
                     if isinstance(frame, bytes):
@@ -88,8 +95,8 @@ async def session(url: str, key: NodeKey, stats: Stats, stop: asyncio.Event) -> 
         stats.closed += 1
 
 
-async def beats(ws: ClientConnection, key: NodeKey, session_id: str, interval: float, sent: dict[int, float],
-                stop: asyncio.Event) -> None:
+async def beats(ws: ClientConnection, key: NodeKey, session_id: str, every_s: float | None,
+                sent: dict[int, float], stop: asyncio.Event) -> None:
     seq = 0
     while not stop.is_set():
         beat = sign("Heartbeat", {"node_id": key.node_id, "session": session_id, "seq": seq,
@@ -97,7 +104,10 @@ async def beats(ws: ClientConnection, key: NodeKey, session_id: str, interval: f
         sent[seq] = time.perf_counter()
         await ws.send(json.dumps({"type": "heartbeat", "heartbeat": beat}))
         seq += 1
-        await asyncio.sleep(interval / 2)
+        if every_s is None:  # pongs keep the session live from here
+            await stop.wait()
+            break
+        await asyncio.sleep(every_s)
     await ws.close()
 
 
@@ -142,7 +152,8 @@ def rss_mib(pid: int) -> float:
     return largest
 
 
-async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], hold_s: float) -> None:
+async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], hold_s: float,
+                    old_clients: bool = False, probe_sessions: int = 100) -> None:
     url = relay.url.replace("http://", "ws://") + "/v1/live"
     stats, stop = Stats(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -151,7 +162,8 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
     for n in steps:
         t0 = time.perf_counter()
         while len(tasks) < n:
-            tasks.append(asyncio.create_task(session(url, keys[len(tasks)], stats, stop)))
+            timed = old_clients or len(tasks) < probe_sessions
+            tasks.append(asyncio.create_task(session(url, keys[len(tasks)], stats, stop, timed)))
             if len(tasks) % 200 == 0:
                 await asyncio.sleep(0.2)  # ramp ~1,000 handshakes/s
         ramp_s = time.perf_counter() - t0
@@ -162,6 +174,7 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
         relay_cpu0, gen_cpu0 = cpu_s(relay.proc.pid), time.process_time()
         await asyncio.sleep(hold_s)
         stats.recording = False
+        lag = relay.get("/v1/checks")[1].get("relay_loop_lag") or {}
         relay_cpu = (cpu_s(relay.proc.pid) - relay_cpu0) / hold_s * 100
         gen_cpu = (time.process_time() - gen_cpu0) / hold_s * 100
         acks = stats.ack_s
@@ -173,8 +186,8 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
         print(f"{n:>6} sessions (ramp {ramp_s:.0f} s): {open_now} open, {len(acks)} acks in {hold_s:.0f} s "
               f"({len(acks) / hold_s:.0f}/s), ack p50 {p50:.1f} ms, p99 {p99:.1f} ms "
               f"(x{p99 / reference_p99:.1f} the {steps[0]}-session p99), relay RSS {rss_mib(relay.proc.pid):.0f} MiB"
-              f", CPU relay {relay_cpu:.0f}% generator {gen_cpu:.0f}% (of one core), errors {errors or 'none'}{held}",
-              flush=True)
+              f", CPU relay {relay_cpu:.0f}% generator {gen_cpu:.0f}% (of one core), errors {errors or 'none'}{held}"
+              f"; relay's own loop lag {json.dumps(lag)[:160]}", flush=True)
         if open_now < n * 0.99:
             print(f"broke at {n}: only {open_now} sessions open", flush=True)
             break
@@ -200,6 +213,10 @@ def main() -> int:
     parser.add_argument("--steps", default="100,1000,5000,10000")
     parser.add_argument("--hold-s", type=float, default=30.0)
     parser.add_argument("--processes", type=int, default=1, help="relay processes on the port (needs NATS)")
+    parser.add_argument("--old-clients", action="store_true",
+                        help="every session signs a heartbeat every interval / 2 (the protocol before 2026-12-06)")
+    parser.add_argument("--probe-sessions", type=int, default=100,
+                        help="sessions that keep signing heartbeats to time the relay's acks")
     args = parser.parse_args()
     steps = [int(x) for x in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,7 +234,11 @@ def main() -> int:
                 known_everywhere(relay, [k.node_id for k, _ in pairs[-20:]])
             print(f"registered {len(pairs)} nodes in {wall:.0f} s; relay RSS {rss_mib(relay.proc.pid):.0f} MiB "
                   "before any session", flush=True)
-            asyncio.run(run_steps(relay, [k for k, _ in pairs], steps, args.hold_s))
+            mode = ("every session signs a heartbeat every interval / 2 (old clients)" if args.old_clients else
+                    f"pongs keep sessions live; {args.probe_sessions} sessions sign heartbeats to time acks")
+            print(f"liveness: {mode}", flush=True)
+            asyncio.run(run_steps(relay, [k for k, _ in pairs], steps, args.hold_s, args.old_clients,
+                                  args.probe_sessions))
         finally:
             relay.stop()
             if nats:

@@ -52,8 +52,8 @@ async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged
     async with connect(url, open_timeout=60, max_size=2**22, ping_interval=None) as ws:
         welcome = json.loads(await ws.recv())
         await ws.send(json.dumps({"type": "hello", "answers": ["sgemm"]}))
-        beat = asyncio.create_task(beats(ws, key, welcome["session"], float(welcome["heartbeat_interval_s"]), {},
-                                         stop))
+        every = None if welcome.get("liveness") == "pongs" else float(welcome["heartbeat_interval_s"]) / 2
+        beat = asyncio.create_task(beats(ws, key, welcome["session"], every, {}, stop))
         try:
             async for frame in ws:
                 if isinstance(frame, bytes):

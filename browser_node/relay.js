@@ -113,7 +113,9 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         await beat();
         named = true;
         peers();
-        timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
+        // "pongs": the one heartbeat above binds the session and pongs keep it live (a phone wakes half as
+        // often); an older relay wants a heartbeat every interval / 2
+        if (m.liveness !== "pongs") timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
       else if (m.type === "challenge" && m.kind === "gpu" && gpuAnswerer && !document.hidden) {
         openers.set(m.id, gpuAnswerer);

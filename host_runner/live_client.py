@@ -387,6 +387,9 @@ class LiveSession:
             if self.reactor_wasm is not None:
                 self._send(ws, {"type": "hello", "answers": self.answers})
             interval = float(welcome["heartbeat_interval_s"])
+            # "pongs": one signed heartbeat binds the session, the pongs keep it live (web/config.py
+            # liveness_by_pongs); otherwise a heartbeat every interval / 2
+            beat_every = float("inf") if welcome.get("liveness") == "pongs" else interval / 2
             seq, next_beat = 0, 0.0
             while not self._stop.is_set():
                 if time.monotonic() >= next_beat:
@@ -399,7 +402,7 @@ class LiveSession:
                     if seq == 1 and self.peers is not None:
                         transports = ["libp2p", "webrtc"] if self.multiaddrs else ["webrtc"]
                         self._send(ws, {"type": "peers", "transports": transports})
-                    next_beat = time.monotonic() + interval / 2  # two beats per interval: one may be late
+                    next_beat = time.monotonic() + beat_every  # (two beats per interval: one may be late)
                 try:
                     frame = ws.recv(timeout=0.5)
                 except TimeoutError:

@@ -1,6 +1,6 @@
 """Many node sessions in one asyncio loop (a thread), for tests that need thousands beside real relays on two
-cores: each speaks WS /v1/live as host_runner/live_client.LiveSession does (signed heartbeats twice per
-interval, pongs, bandwidth acks) and, when its connection drops or cannot be made, waits a random 0.5-2 s
+cores: each speaks WS /v1/live as host_runner/live_client.LiveSession does (a signed heartbeat, pongs,
+bandwidth acks) and, when its connection drops or cannot be made, waits a random 0.5-2 s
 and tries the next relay of its list, as LiveSession does with the relays GET /v1/relays named. A thread per
 session (LiveSession) costs the test process more CPU than the relays it tests at 1,000 sessions here."""
 
@@ -64,8 +64,9 @@ class Fleet:
         assert self._stop is not None
         async with connect(self.urls[self.at[i]], open_timeout=20, ping_interval=None, max_size=2**22) as ws:
             welcome: dict[str, Any] = json.loads(await ws.recv())
-            beat = asyncio.create_task(beats(ws, self.keys[i], welcome["session"],
-                                             float(welcome["heartbeat_interval_s"]), {}, self._stop))
+            # one heartbeat where the relay keeps sessions live by their pongs, else one every interval / 2
+            every = None if welcome.get("liveness") == "pongs" else float(welcome["heartbeat_interval_s"]) / 2
+            beat = asyncio.create_task(beats(ws, self.keys[i], welcome["session"], every, {}, self._stop))
             try:
                 async for frame in ws:
                     if isinstance(frame, bytes):  # the relay's bandwidth probe

@@ -140,10 +140,16 @@ def bystander(relay: RelayProcess) -> Iterator[LiveSession]:
     key = register(relay)
     session = LiveSession(relay.url, key).start()
     yield session
-    acks = session.acks
-    time.sleep(1.2)
+
+    def last_seen() -> float:
+        status = relay.get(f"/v1/nodes/{key.node_id}")[1]["status"]
+        assert status["online"], status
+        return float(status["last_seen"])
+
+    seen = last_seen()
+    time.sleep(1.2)  # two ping intervals: its pongs keep it live
+    assert last_seen() > seen and session.acks >= 1 and not session.errors, session.errors
     session.stop()
-    assert session.acks > acks and not session.errors, session.errors
 
 
 def register(relay: RelayProcess) -> NodeKey:

@@ -205,7 +205,9 @@ def test_openapi_and_metrics(relay: RelayProcess) -> None:
     assert "ce_relay_live_nodes" in text
 
 
-def test_signed_heartbeat_keeps_a_node_live(tmp_path: Path) -> None:
+def test_one_signed_heartbeat_then_pongs_keep_a_node_live(tmp_path: Path) -> None:
+    """Liveness a phone can afford (issue 32): the welcome says "liveness": "pongs", the node signs one
+    heartbeat (it binds the session to its key) and its pongs to the relay's pings keep it live."""
     from host_runner.live_client import LiveSession
 
     with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.5") as r:
@@ -213,9 +215,9 @@ def test_signed_heartbeat_keeps_a_node_live(tmp_path: Path) -> None:
         assert r.post("/v1/profiles", p)[0] == 201
         session = LiveSession(r.url, key).start()
         try:
-            time.sleep(3.0)  # 6 intervals: without heartbeats the node would be offline after 1.5 s
+            time.sleep(3.0)  # 6 intervals: without pongs the node would be offline after 1.5 s
             assert r.get("/stats")[1]["nodes"] == 1
-            assert session.acks >= 4 and not session.errors
+            assert session.acks == 1 and not session.errors  # one heartbeat, then none
         finally:
             session.stop()
         deadline = time.monotonic() + 10
@@ -225,6 +227,67 @@ def test_signed_heartbeat_keeps_a_node_live(tmp_path: Path) -> None:
         status, node, _ = r.get(f"/v1/nodes/{key.node_id}")
         assert node["status"]["online"] is False
         assert node["status"]["rtt_ms"] is not None and 0 < node["status"]["rtt_ms"] < 1000  # from ping/pong
+
+
+def live_nodes(r: RelayProcess) -> int:
+    return int(r.get("/stats")[1]["nodes"])
+
+
+def next_text(ws: Any) -> dict[str, Any]:
+    """The next JSON frame (the relay's binary bandwidth probes go unanswered here)."""
+    while isinstance(frame := ws.recv(timeout=5), bytes):
+        pass
+    return dict(json.loads(frame))
+
+
+def test_a_session_that_stops_answering_is_offline_in_three_intervals_and_no_forged_pong_helps(
+        tmp_path: Path) -> None:
+    """A session that signs its heartbeat and then answers no ping is offline within 3 intervals (1.5 s here,
+    measured from its last sign of life); pongs with made-up or replayed ids are refused and keep nothing live.
+    A client of the older protocol (a heartbeat every interval / 2, no pongs) stays live."""
+    from websockets.sync.client import connect
+
+    with RelayProcess(tmp_path / "data", "--heartbeat-interval", "0.5") as r:
+        key, p = sample_profile(beacon=beacon_of(r))
+        assert r.post("/v1/profiles", p)[0] == 201
+        with connect(r.url.replace("http", "ws") + "/v1/live") as ws:
+            welcome = json.loads(ws.recv(timeout=5))
+            assert welcome["liveness"] == "pongs"
+            body = {"node_id": key.node_id, "session": welcome["session"], "seq": 0, "sent_at": int(time.time())}
+            ws.send(json.dumps({"type": "heartbeat", "heartbeat": sign("Heartbeat", body, key)}))
+            bound = time.monotonic()
+            first_ping = None
+            while True:
+                message = next_text(ws)
+                if message["type"] == "ping" and first_ping is None:
+                    first_ping = message["id"]
+                    ws.send(json.dumps({"type": "pong", "id": first_ping}))  # one honest pong
+                    bound = time.monotonic()
+                    break
+            assert live_nodes(r) == 1
+            codes: list[str] = []
+            for fake in (first_ping, first_ping + 1, 12345, True):  # replayed, guessed, made up, not an int
+                ws.send(json.dumps({"type": "pong", "id": fake}))
+            deadline = time.monotonic() + 5
+            while live_nodes(r) != 0:
+                assert time.monotonic() < deadline, "a session that answers no ping stayed live"
+                time.sleep(0.05)
+            went = time.monotonic() - bound
+            while len(codes) < 4:
+                message = next_text(ws)
+                if message["type"] == "error":
+                    codes.append(message["code"])
+            assert codes == ["unknown_ping"] * 4, codes
+            assert 1.0 <= went <= 1.5 + 1.0 + 0.5, went  # 3 intervals, the relay's 1 s sweep, slack
+
+        with connect(r.url.replace("http", "ws") + "/v1/live") as ws:  # an older client: heartbeats only
+            welcome = json.loads(ws.recv(timeout=5))
+            for seq in range(8):
+                beat = {"node_id": key.node_id, "session": welcome["session"], "seq": seq, "sent_at": int(time.time())}
+                ws.send(json.dumps({"type": "heartbeat", "heartbeat": sign("Heartbeat", beat, key)}))
+                time.sleep(0.25)
+                if seq >= 2:
+                    assert live_nodes(r) == 1, seq
 
 
 def test_live_session_refuses_forged_heartbeats(tmp_path: Path) -> None:

@@ -64,6 +64,13 @@ class RelayConfig:
     # Liveness (seed 003's heartbeat): a node is offline after missing this many heartbeat intervals.
     heartbeat_interval_s: float = 10.0
     offline_after_missed: int = 3
+    # Liveness a phone can afford (issue 32): the relay pings every session each heartbeat interval anyway
+    # (its RTT), and a pong on the session proves the node that bound it with its first signed heartbeat is
+    # still there. True: the welcome says so ("liveness": "pongs") and clients send that one heartbeat only,
+    # instead of one every interval / 2: a phone's frames per hour fall from 1,440 to 720 (a ping and its pong
+    # every 10 s) and its bytes from ~250 KB to ~30 KB; the relay parses and acks no heartbeats. False: clients
+    # keep signing a heartbeat every interval / 2 (the protocol before 2026-12-06; relays accept both).
+    liveness_by_pongs: bool = True
     # Cluster liveness (web/digests.py): each relay publishes, once per heartbeat interval and only on change,
     # a signed digest of the nodes that came and went on it, and the whole set every this many intervals
     # (60 s by default), so a relay that starts or missed a digest is current within that time.

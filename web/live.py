@@ -1,7 +1,9 @@
 """The live-session protocol of WS /v1/live (JSON text frames), as pure functions.
 
-relay -> node  {"type": "welcome", "relay": ID, "session": HEX32, "heartbeat_interval_s": S}
-node -> relay  {"type": "heartbeat", "heartbeat": Heartbeat}   signed (capsule.model.Heartbeat)
+relay -> node  {"type": "welcome", "relay": ID, "session": HEX32, "heartbeat_interval_s": S, "liveness": "pongs"}
+node -> relay  {"type": "heartbeat", "heartbeat": Heartbeat}   signed (capsule.model.Heartbeat): the first binds
+               the session to the node; with "liveness": "pongs" it is the only one needed (pongs keep the
+               session live), without it one every S / 2 (relays before 2026-12-06)
 relay -> node  {"type": "ack", "seq": N}
 relay -> node  {"type": "ping", "id": N}          every heartbeat interval
 node -> relay  {"type": "pong", "id": N}          the relay measures RTT (EWMA) from it

@@ -68,8 +68,11 @@ def answering_a_challenge(conn: Connection) -> bool:
 async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     relay, session = conn.relay, conn.session
     rtt = session.pong(message.get("id"), conn.arrived, answering_a_challenge(conn))
-    if session.node_id:
-        relay.atlas.heartbeat(session.node_id, time.time(), rtt)
+    if session.node_id:  # the pong of a random ping id on a session the node's signed heartbeat bound: it is live
+        now = time.time()
+        relay.atlas.heartbeat(session.node_id, now, rtt)
+        if relay.cluster is not None:
+            relay.cluster.local_heartbeat(session.node_id, now)
     if conn.challengee is not None:  # the median: a node cannot buy time with a few delayed pongs
         conn.challengee.rtt_ms = session.rtt_median_ms
     body = session.link_body(relay.relay_id, time.time())
@@ -254,8 +257,11 @@ async def live(ws: WebSocket) -> None:
 async def session(conn: Connection) -> None:
     ws, relay = conn.ws, conn.relay
     relay.metrics.ws_sessions += 1
-    await ws.send_json({"type": "welcome", "relay": relay.relay_id, "session": conn.session.session,
-                        "heartbeat_interval_s": relay.config.heartbeat_interval_s})
+    welcome = {"type": "welcome", "relay": relay.relay_id, "session": conn.session.session,
+               "heartbeat_interval_s": relay.config.heartbeat_interval_s}
+    if relay.config.liveness_by_pongs:
+        welcome["liveness"] = "pongs"  # one signed heartbeat binds the session; pongs keep it live
+    await ws.send_json(welcome)
     ping_task = asyncio.create_task(pinger(conn))
     try:
         while True:
