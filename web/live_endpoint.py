@@ -69,6 +69,7 @@ async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     relay, session = conn.relay, conn.session
     rtt = session.pong(message.get("id"), conn.arrived, answering_a_challenge(conn))
     if session.node_id:  # the pong of a random ping id on a session the node's signed heartbeat bound: it is live
+        relay.metrics.pongs += 1
         now = time.time()
         relay.atlas.heartbeat(session.node_id, now, rtt)
         if relay.cluster is not None:

@@ -36,6 +36,7 @@ class Metrics:
         self.ingest = Counter[str]()          # by result code ("stored", "replaced", problem codes)
         self.ingest_seconds = Histogram()
         self.heartbeats = 0
+        self.pongs = 0  # pongs of a bound session: its signs of life (docs/protocol.md "Liveness a phone can afford")
         self.ws_sessions = 0
         self.probes = 0                       # landmark probes completed (WS /v1/probe)
         self.cluster_received = Counter[str]()  # records from NATS by result (profiles, digests, transcripts)
@@ -51,6 +52,7 @@ class Metrics:
         lines += ["# HELP ce_relay_ingest_seconds Time to verify and durably store a posted profile.",
                   "# TYPE ce_relay_ingest_seconds histogram", *self.ingest_seconds.render("ce_relay_ingest_seconds")]
         lines += ["# TYPE ce_relay_heartbeats_total counter", f"ce_relay_heartbeats_total {self.heartbeats}",
+                  "# TYPE ce_relay_pongs_total counter", f"ce_relay_pongs_total {self.pongs}",
                   "# TYPE ce_relay_cluster_received_total counter"]
         lines += [f'ce_relay_cluster_received_total{{result="{r}"}} {n}'
                   for r, n in sorted(self.cluster_received.items())]
