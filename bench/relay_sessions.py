@@ -2,23 +2,26 @@
 network of phones needs.
 
     .venv/bin/python bench/relay_sessions.py [--steps 100,1000,5000,10000] [--hold-s 30] [--processes N]
-                                             [--old-clients] [--probe-sessions 100]
+                                             [--old-clients] [--probe-sessions 100] [--settle-s 0]
 
 Method: one relay process (default config: heartbeat interval 10 s, a ping every interval, a 256 KiB bandwidth
 probe per session at first and then every 600 s on average, within the relay's 64 Mbit/s probe budget). A load
 generator (one asyncio process, websockets) registers N nodes (POST /v1/profiles) and opens N live sessions,
-each doing what `host_runner/live_client.py` does: its signed heartbeats (below), a pong for every ping,
-a bw_ack for every probe, a signature on every cosign request. Sessions ramp up in steps; at each step the
+each doing what `host_runner/live_client.py` does: its signed heartbeats (below), a pong for every ping, a
+bw_ack for every probe, a signature on every cosign request. Sessions ramp up in steps; at each step the
 generator holds them for --hold-s and records the time from sending each heartbeat to its ack. Reference in the
 same run: the same latency at the first (smallest) step. Liveness (issue 32): a relay's welcome says "liveness":
 "pongs", and sessions then sign one heartbeat and keep live by their pongs, as `ce-bench node` and the join page
 do; the first --probe-sessions sessions keep signing one every interval / 2 and time its ack: the relay's answer
 time under the load of all the others. --old-clients: every session signs a heartbeat every interval / 2 (the
-protocol before 2026-12-06, the load the earlier figures were measured under). Relay RSS is read from /proc.
-Targets: 10,000 concurrent sessions, heartbeat ack p99 <= 100 ms, relay RSS <= 1 GiB. The generator shares the 2
-cores with the relay: figures are lower bounds for the relay. With --processes N: `ce-bench relay --processes N
---nats URL` (N processes on one port, SO_REUSEPORT, each a member of a cluster on one nats-server started here);
-CPU is the sum over the processes (nats-server's too, said apart), RSS the largest process's.
+protocol before 2026-12-06, the load the earlier figures were measured under). --settle-s: wait this long after
+a step's ramp before holding (each session's first co-signed link sample comes 3 pings, ~30 s, after it
+connected: a ramp's sessions all send theirs together; 45 s lets that wave pass and holds the steady state).
+Relay RSS is read from /proc. Targets: 10,000 concurrent sessions, heartbeat ack p99 <= 100 ms, relay RSS <= 1
+GiB. The generator shares the 2 cores with the relay: figures are lower bounds for the relay. With --processes
+N: `ce-bench relay --processes N --nats URL` (N processes on one port, SO_REUSEPORT, each a member of a cluster
+on one nats-server started here); CPU is the sum over the processes (nats-server's too, said apart), RSS the
+largest process's.
 """
 
 from __future__ import annotations
@@ -153,7 +156,7 @@ def rss_mib(pid: int) -> float:
 
 
 async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], hold_s: float,
-                    old_clients: bool = False, probe_sessions: int = 100) -> None:
+                    old_clients: bool = False, probe_sessions: int = 100, settle_s: float = 0.0) -> None:
     url = relay.url.replace("http://", "ws://") + "/v1/live"
     stats, stop = Stats(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -167,7 +170,7 @@ async def run_steps(relay: RelayProcess, keys: list[NodeKey], steps: list[int], 
             if len(tasks) % 200 == 0:
                 await asyncio.sleep(0.2)  # ramp ~1,000 handshakes/s
         ramp_s = time.perf_counter() - t0
-        await asyncio.sleep(6)  # every session has sent its first heartbeat
+        await asyncio.sleep(6 + settle_s)  # every session has sent its first heartbeat (and settled)
         gc.freeze()  # the generator's own full collections would stall its loop and read as relay latency
         pauses.clear()
         stats.ack_s, stats.errors, stats.recording = [], [], True
@@ -215,6 +218,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=1, help="relay processes on the port (needs NATS)")
     parser.add_argument("--old-clients", action="store_true",
                         help="every session signs a heartbeat every interval / 2 (the protocol before 2026-12-06)")
+    parser.add_argument("--settle-s", type=float, default=0.0,
+                        help="seconds after a step's ramp before its hold (45: past the first link samples' wave)")
     parser.add_argument("--probe-sessions", type=int, default=100,
                         help="sessions that keep signing heartbeats to time the relay's acks")
     args = parser.parse_args()
@@ -238,7 +243,7 @@ def main() -> int:
                     f"pongs keep sessions live; {args.probe_sessions} sessions sign heartbeats to time acks")
             print(f"liveness: {mode}", flush=True)
             asyncio.run(run_steps(relay, [k for k, _ in pairs], steps, args.hold_s, args.old_clients,
-                                  args.probe_sessions))
+                                  args.probe_sessions, args.settle_s))
         finally:
             relay.stop()
             if nats:

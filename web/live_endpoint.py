@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from common.multiaddrs import parse_multiaddrs
 from web.challenge_desk import Challengee
+from web.links import landmark_sample_due
 from web.live import BW_PROBE_BYTES, MAX_ERRORS, LiveError, Session, parse_message
 from web.live_guard import Refusal, address_key, close_reason, screen
 from web.problems import Problem
@@ -77,7 +78,7 @@ async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     if conn.challengee is not None:  # the median: a node cannot buy time with a few delayed pongs
         conn.challengee.rtt_ms = session.rtt_median_ms
     body = session.link_body(relay.relay_id, time.time())
-    if body is not None:
+    if body is not None and landmark_sample_due(relay.links.measured(body["a"], relay.relay_id), body, relay.config):
         await conn.ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
 
 
