@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from nacl.signing import SigningKey
 from websockets.sync.client import ClientConnection, connect
 
 from capsule.canonical import canonical_bytes
@@ -30,7 +31,8 @@ from web.rollcall import RollCall
 PROFILES, NETGRAPH, SCOREBOARD = "ce-bench/profiles/1", "ce-netgraph", "ce-bench/scoreboard/1"
 TOPICS = (PROFILES, NETGRAPH, SCOREBOARD)
 KINDS = {PROFILES: "NodeProfile", NETGRAPH: "LinkSample", SCOREBOARD: "Scoreboard"}
-A, B, THIRD, RELAY_KEY = (NodeKey.generate() for _ in range(4))
+# fixed keys: their NodeIds name parametrized tests, which pytest-xdist's workers must collect alike
+A, B, THIRD, RELAY_KEY = (NodeKey(SigningKey(bytes([i]) * 32)) for i in range(1, 5))
 
 
 # --- records, each signed the way its maker signs it ---
