@@ -150,8 +150,10 @@ def test_evidence_nested_hundreds_deep_is_refused_not_raised() -> None:
     """A NodeProfile whose open `evidence` nests lists a few hundred deep (~2 KB) parses; the canonical
     serialiser recursed past the stack and the RecursionError escaped judge (and POST /v1/profiles: 500)."""
     _, profile = sample_profile()
+    shell = json.dumps({**profile, "evidence": {"x": "DEEP"}})
     for depth in range(100, 1000, 50):  # wherever json.loads stops or the signature check would
-        data = as_bytes({**profile, "evidence": {"x": json.loads("[" * depth + "]" * depth)}})
+        # written as text: json.dumps itself would recurse past the stack on the deepest
+        data = shell.replace('"DEEP"', "[" * depth + "]" * depth).encode()
         assert len(data) < 64 * 1024
         assert not judge(PROFILES, data).valid, depth
 
@@ -412,8 +414,8 @@ def test_the_cli_refuses_a_bad_listen_address_in_one_line(tmp_path: Path, listen
 def test_a_profile_nested_hundreds_deep_gets_422_over_http_too(relay: RelayProcess) -> None:
     """The same document that once escaped judge as a RecursionError answered POST /v1/profiles with 500."""
     _, profile = sample_profile(beacon=relay.get("/beacon")[1])
+    shell = json.dumps({**profile, "evidence": {"x": "DEEP"}})
     for depth in (600, 900):
-        deep = {**profile, "evidence": {"x": json.loads("[" * depth + "]" * depth)}}
-        status, body = relay.post("/v1/profiles", json.dumps(deep).encode())
+        status, body = relay.post("/v1/profiles", shell.replace('"DEEP"', "[" * depth + "]" * depth).encode())
         assert status == 422, (depth, status, body)
     assert relay.get("/beacon")[0] == 200

@@ -252,12 +252,13 @@ def worth_gossiping(sent: dict[str, Any] | None, sample: dict[str, Any], config:
 
 
 def landmark_sample_due(held: dict[str, Any] | None, body: dict[str, Any], config: RelayConfig) -> bool:
-    """Whether a relay asks its session's node to co-sign a new sample of their edge: the first, one whose RTT
-    moved by more than link_gossip_change (and link_gossip_min_ms) from the one held, or one link_gossip_every_s
-    newer. A stable edge was re-signed every 3 pongs (30 s): at 10,000 sessions 333 samples/s, each two
-    signatures, a durable write and a mesh message, the largest share of the relay's CPU after the sessions
-    themselves (py-spy, BENCHMARKS.md); now ~33/s, and a phone sends ~12 a hour instead of 120."""
-    if held is None:
+    """Whether a relay asks its session's node to co-sign a new sample of their edge: the first, the first with a
+    bandwidth figure, one whose RTT moved by more than link_gossip_change (and link_gossip_min_ms) from the one
+    held, or one link_gossip_every_s newer (a session's first sample is always asked for: web/live_endpoint.py).
+    A stable edge was re-signed every 3 pongs (30 s): at 10,000 sessions 333 samples/s, each two signatures, a
+    durable write and a mesh message, the largest share of the relay's CPU after the sessions themselves
+    (py-spy, BENCHMARKS.md); now ~33/s, and a phone sends ~12 a hour instead of 120."""
+    if held is None or (held.get("bw_mbps") is None and body.get("bw_mbps") is not None):
         return True
     before, now = float(held["rtt_ms"]), float(body["rtt_ms"])
     moved = abs(now - before) > max(config.link_gossip_change * before, config.link_gossip_min_ms)

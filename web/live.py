@@ -88,6 +88,7 @@ class Session:
     bw_probes: int = 0
     pings: dict[int, float] = field(default_factory=dict)  # ping id -> sent at (perf_counter seconds)
     busy_pings: set[int] = field(default_factory=set)  # outstanding pings sent while the node was answering a challenge
+    cosigns_asked: int = 0  # link samples of this session the relay asked the node to co-sign
 
     def ping(self, now: float, busy: bool = False) -> dict[str, Any]:
         """The next ping message; its send time is remembered for the pong. Its id is random: a node that

@@ -78,7 +78,10 @@ async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
     if conn.challengee is not None:  # the median: a node cannot buy time with a few delayed pongs
         conn.challengee.rtt_ms = session.rtt_median_ms
     body = session.link_body(relay.relay_id, time.time())
-    if body is not None and landmark_sample_due(relay.links.measured(body["a"], relay.relay_id), body, relay.config):
+    held = relay.links.measured(body["a"], relay.relay_id) if body is not None else None
+    # a session's first sample always (a node that reconnects is measured afresh), later ones when they tell more
+    if body is not None and (not session.cosigns_asked or landmark_sample_due(held, body, relay.config)):
+        session.cosigns_asked += 1
         await conn.ws.send_json({"type": "cosign", "sample": relay.sign_link(body)})
 
 
