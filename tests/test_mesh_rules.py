@@ -419,3 +419,31 @@ def test_a_profile_nested_hundreds_deep_gets_422_over_http_too(relay: RelayProce
         status, body = relay.post("/v1/profiles", shell.replace('"DEEP"', "[" * depth + "]" * depth).encode())
         assert status == 422, (depth, status, body)
     assert relay.get("/beacon")[0] == 200
+
+
+def test_the_whole_mesh_gets_one_http_clients_allowance() -> None:
+    """Fresh PeerIds cost nothing: all mesh peers together hand the relay's entry points at most one address's
+    HTTP allowance (a burst of 100, then 50/s); the rest is counted as rate_limited, never judged."""
+    import asyncio
+
+    from web.mesh.relay_mesh import RelayMesh
+
+    taken: list[bytes] = []
+
+    async def take_profile(body: bytes) -> None:
+        taken.append(body)
+
+    async def take_link(body: bytes, now: float) -> None:
+        taken.append(body)
+
+    async def flood() -> RelayMesh:
+        mesh = RelayMesh(bytes(32), "/ip4/127.0.0.1/tcp/0", (), A, take_profile, take_link, lambda held, s: True,
+                         intake_rate_per_s=50.0, intake_burst=100)
+        for i in range(250):
+            mesh._spawn("ce-bench/profiles/1", b"%d" % i)
+        await asyncio.sleep(0.05)
+        return mesh
+
+    mesh = asyncio.run(flood())
+    assert 100 <= len(taken) <= 110, len(taken)  # the burst, and what 50/s refilled meanwhile
+    assert mesh.outcomes["NodeProfile:rate_limited"] == 250 - len(taken)

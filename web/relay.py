@@ -120,7 +120,8 @@ class Relay:
             self.mesh = RelayMesh(self.key.seed, self.config.libp2p_listen, self.config.libp2p_announce, self.key,
                                   lambda body: self.post_profile(body, from_mesh=True),
                                   lambda body, now: self.add_link(body, now, from_mesh=True),
-                                  lambda sent, sample: worth_gossiping(sent, sample, self.config))
+                                  lambda sent, sample: worth_gossiping(sent, sample, self.config),
+                                  intake_rate_per_s=self.config.ip_rate_per_s, intake_burst=self.config.ip_burst)
             await self.mesh.start()
         log.info("relay started", extra={"relay": self.relay_id, "profiles_loaded": loaded,
                                          "store": self.store.durability(),

@@ -30,6 +30,7 @@ from web.mesh.messages import (
     scoreboard_body,
 )
 from web.problems import Problem
+from web.ratelimit import TokenBuckets
 
 log = logging.getLogger("ce.relay.mesh")
 
@@ -46,7 +47,7 @@ def _validator(topic: str) -> Callable[[bytes], bool]:
 class RelayMesh:
     def __init__(self, seed: bytes, listen: str, announce: tuple[str, ...], signer: Signer,
                  take_profile: TakeProfile, take_link: TakeLink, worth_sending: WorthSending,
-                 intake_max: int = 256) -> None:
+                 intake_max: int = 256, intake_rate_per_s: float = 50.0, intake_burst: int = 100) -> None:
         self.signer = signer
         self.worth_sending = worth_sending
         # each edge as last published: a relay re-measures its landmark edges at every pong, and the mesh gets an
@@ -55,6 +56,9 @@ class RelayMesh:
         self.take_profile = take_profile
         self.take_link = take_link
         self.intake_max = intake_max  # mesh messages being judged at once; beyond it they are dropped (counted)
+        # what the whole mesh may hand the relay's entry points, one client's HTTP allowance (--ip-rate, --ip-burst):
+        # free PeerIds must not buy more than one address gets over HTTP
+        self.intake = TokenBuckets(intake_rate_per_s, intake_burst)
         self.outcomes: Counter[str] = Counter()  # "<kind>:<outcome>": what the relay made of mesh messages
         self._pending: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,6 +116,9 @@ class RelayMesh:
             return
         if len(self._pending) >= self.intake_max:
             self.outcomes[f"{KIND_OF_TOPIC.get(topic, '?')}:dropped_busy"] += 1
+            return
+        if self.intake.take("mesh", time.monotonic()) > 0:
+            self.outcomes[f"{KIND_OF_TOPIC.get(topic, '?')}:rate_limited"] += 1
             return
         task = asyncio.get_running_loop().create_task(self._take(topic, data))
         self._pending.add(task)
