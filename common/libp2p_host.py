@@ -243,6 +243,8 @@ class Libp2pHost:
             self._host = host
             self.peer_id = host.get_id().to_base58()
             listened = [str(a).split("/p2p/")[0] for a in host.get_addrs()]
+            if not listened:  # py-libp2p 0.8.1 logs a failed bind (a port in use) and runs on, listening nowhere
+                raise Libp2pError(f"nothing listens on {self.listen} (the port may be in use)")
             self.multiaddrs = [f"{a}/p2p/{self.peer_id}" for a in expand_wildcard(listened, local_ipv4())]
             with trio.CancelScope() as scope:
                 self._cancel = scope

@@ -447,3 +447,17 @@ def test_the_whole_mesh_gets_one_http_clients_allowance() -> None:
     mesh = asyncio.run(flood())
     assert 100 <= len(taken) <= 110, len(taken)  # the burst, and what 50/s refilled meanwhile
     assert mesh.outcomes["NodeProfile:rate_limited"] == 250 - len(taken)
+
+
+def test_a_relay_whose_libp2p_port_is_taken_serves_on_and_says_why(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with RelayProcess(tmp_path / "relay", "--libp2p-listen", f"/ip4/127.0.0.1/tcp/{port}") as relay:
+            assert relay.get("/beacon")[0] == 200
+            status, body, _ = relay.get("/v1/libp2p")
+            assert status == 503 and body["code"] == "libp2p_failed", body
+            assert str(port) in body["detail"], body

@@ -93,6 +93,8 @@ async def get_node(request: Request) -> Response:
 
 async def libp2p(request: Request) -> Response:
     relay = relay_of(request)
+    if relay.mesh is None and relay.mesh_error is not None:
+        raise Problem(503, "libp2p_failed", "this relay's libp2p host did not start", relay.mesh_error)
     if relay.mesh is None:
         raise Problem(404, "no_libp2p", "this relay runs no libp2p host", "it was started with --no-libp2p")
     return JSONResponse(relay.mesh.info())

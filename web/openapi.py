@@ -112,7 +112,8 @@ def document() -> dict[str, Any]:
                 "responses": {"200": json_ok("the host", {"type": "object", "properties": {
                     "peer_id": {"type": "string"}, "multiaddrs": {"type": "array", "items": {"type": "string"}},
                     "topics": {"type": "object"}}}),
-                    "404": problem("the relay runs no libp2p host (--no-libp2p)")}}},
+                    "404": problem("the relay runs no libp2p host (--no-libp2p)"),
+                    "503": problem("the relay's libp2p host did not start (the reason; the relay serves on)")}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

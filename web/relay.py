@@ -60,6 +60,7 @@ class Relay:
         self.bw_probe_budget = TokenBuckets(config.bw_probes_per_s, 1)
         self.cluster: Any = None  # web.cluster.Cluster when --nats is given
         self.mesh: Any = None  # web.mesh.relay_mesh.RelayMesh unless --no-libp2p
+        self.mesh_error: str | None = None  # why the libp2p host did not start, if it did not
         self.multiaddrs: dict[str, list[str]] = {}  # node id -> the libp2p multiaddrs its live session announced
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
@@ -115,17 +116,28 @@ class Relay:
             self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket, credentials(self.config))
             await self.cluster.start()
         if self.config.libp2p_listen:
-            from web.mesh.relay_mesh import RelayMesh
-
-            self.mesh = RelayMesh(self.key.seed, self.config.libp2p_listen, self.config.libp2p_announce, self.key,
-                                  lambda body: self.post_profile(body, from_mesh=True),
-                                  lambda body, now: self.add_link(body, now, from_mesh=True),
-                                  lambda sent, sample: worth_gossiping(sent, sample, self.config),
-                                  intake_rate_per_s=self.config.ip_rate_per_s, intake_burst=self.config.ip_burst)
-            await self.mesh.start()
+            await self._start_mesh()
         log.info("relay started", extra={"relay": self.relay_id, "profiles_loaded": loaded,
                                          "store": self.store.durability(),
                                          "beacon_round": self.beacons.latest and self.beacons.latest["round"]})
+
+    async def _start_mesh(self) -> None:
+        """The relay's libp2p host (docs/mesh.md). One that cannot start (its port taken, the library missing)
+        is logged and said at GET /v1/libp2p; the relay serves on without the mesh."""
+        from common.libp2p_host import Libp2pError
+        from web.mesh.relay_mesh import RelayMesh
+
+        listen = self.config.libp2p_listen or ""
+        self.mesh = RelayMesh(self.key.seed, listen, self.config.libp2p_announce, self.key,
+                              lambda body: self.post_profile(body, from_mesh=True),
+                              lambda body, now: self.add_link(body, now, from_mesh=True),
+                              lambda sent, sample: worth_gossiping(sent, sample, self.config),
+                              intake_rate_per_s=self.config.ip_rate_per_s, intake_burst=self.config.ip_burst)
+        try:
+            await self.mesh.start()
+        except Libp2pError as exc:
+            log.error("no libp2p host: the relay is not on the mesh", extra={"error": str(exc)})
+            self.mesh, self.mesh_error = None, str(exc)
 
     async def stop(self) -> None:
         for task in self._tasks:
