@@ -49,7 +49,7 @@ PROBE_SOURCES = ["driver.c", *KERNEL_SOURCES, "sha256.c", "json.c", "stats.c",
 COMMAND_SOURCES = ["main.c", *PROBE_SOURCES, "probe_disk.c"]
 # The reactor runs the same driver and probes (no disk: it has no filesystem) with the clock and the log
 # lines imported from its host.
-REACTOR_SOURCES = ["reactor.c", "challenge.c", "blake3x4.c", *PROBE_SOURCES]
+REACTOR_SOURCES = ["reactor.c", "challenge.c", "blake3x4.c", "llm_challenge.c", *PROBE_SOURCES]
 
 
 @dataclass(frozen=True)

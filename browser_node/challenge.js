@@ -9,20 +9,27 @@ const MAX_PROOF = 32; // room for the sibling hashes of any tree a challenge can
 
 export function challengeAnswerer(module) {
   const workers = probeWorkerPool(module);
-  const pool = (count) => workers.get(count);
+  // the first worker and its reference model made now, not in the first challenge's timed window (a fresh
+  // worker costs tens of ms, the model's weights as much again); every request waits for it, as a worker
+  // answers one request at a time (workers.js call) and the pool must not be grown twice at once. A failure
+  // here shows again, as the challenge's own error.
+  const warmed = workers.get(1).then(([w]) => call(w, { cmd: "llmWarm" })).catch(() => null);
+  const pool = async (count) => { await warmed; return workers.get(count); };
   let current = null; // { id, count }
   return {
     // {type: "challenge"} -> {type: "commit"}: one Merkle root per seed over the products it finished,
     // computed concurrently (at a roll call each worker stops stop_after_s after the challenge arrived and
-    // commits what it did: the relay counts that work); for a reference-model challenge, the token-id hash
-    // of one worker's decode
+    // commits what it did: the relay counts that work); for a reference-model challenge, the token ids of
+    // one worker's decode (at a roll call, those it decoded by the same deadline)
     async commit(m) {
+      // taken before any await: relay.js calls commit as the message arrives, and the deadline counts from then
       const stopAt = typeof m.stop_after_s === "number" ? Date.now() + 1000 * m.stop_after_s : null;
       const seeds = m.seeds.map((hex) => BigInt("0x" + hex));
       if (m.kind === "llm") {
         const [w] = await pool(1);
-        const hash = await call(w, { cmd: "llm", seedLo: Number(seeds[0] & 0xffffffffn), seedHi: Number(seeds[0] >> 32n), decode: m.decode });
-        return { type: "commit", id: m.id, token_ids_sha256: hash };
+        const tokens = await call(w, {
+          cmd: "llm", seedLo: Number(seeds[0] & 0xffffffffn), seedHi: Number(seeds[0] >> 32n), decode: m.decode, stopAt });
+        return { type: "commit", id: m.id, tokens };
       }
       const ws = await pool(seeds.length);
       const done = await Promise.all(ws.map((w, i) => call(w, {

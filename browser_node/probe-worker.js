@@ -5,7 +5,7 @@
 // relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps, stopAt} ->
 // {root (hex), products} and
 // {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}; {cmd: "llm", seedLo, seedHi,
-// decode} -> token_ids_sha256 (hex).
+// decode, stopAt} -> [token id, ...] (1 to decode of them); {cmd: "llmWarm"} -> null (makes the reference model).
 
 let k = null; // the reactor's exports
 let log = [];
@@ -68,15 +68,41 @@ function open(m) {
   return { values: btoa(text), proof };
 }
 
-// A reference-model challenge: the capsule's ce_llm_challenge (the model and prompt of the seed, m.decode
-// greedy steps) -> token_ids_sha256 (hex).
+const LLM_PER_SEQ = 224; // CE_LLMC_PER_SEQ (capsule/kernels/llm_challenge.h): tokens per sequence, then a new prompt
+
+// A reference-model challenge: the capsule's ce_llmc_begin (the fixed model, kept between challenges; the
+// seed names the prompts), then ce_llmc_next token by token -> the token ids, which the relay recomputes
+// (ce_llmc_expected). All m.decode tokens, or with stopAt (Date.now() ms: the roll call's deadline on this
+// clock) those that end before it, as challenge() does with products: a token is begun only while its expected
+// time still fits (the first always is). A sequence's first token also fills the cache with its prompt (~5x a
+// token), so a token is expected to take what the last of its kind took: the last sequence start (token 0,
+// first), or the last other token (until there is one, token 0: the safe side).
+// host_runner/challenge_answer.py llm_answer does the same.
 function llm(m) {
-  const out = k.ce_alloc(65);
-  const rc = k.ce_llm_challenge(m.seedLo >>> 0, m.seedHi >>> 0, m.decode, out);
-  const hash = utf8.decode(new Uint8Array(k.memory.buffer, out, 64).slice());
-  k.ce_free(out);
-  if (rc !== 0) throw new Error(rc === 1 ? "out of memory for the reference model" : `bad decode length ${m.decode}`);
-  return hash;
+  if (!(Number.isInteger(m.decode) && m.decode >= 1)) throw new Error(`bad decode length ${m.decode}`);
+  if (k.ce_llmc_begin(m.seedLo >>> 0, m.seedHi >>> 0) !== 0) throw new Error("out of memory for the reference model");
+  const tokens = [];
+  let startMs = 0; // the last sequence start's time
+  let stepMs = null; // the last other token's time
+  while (tokens.length < m.decode) {
+    const atStart = tokens.length % LLM_PER_SEQ === 0;
+    const expectedMs = atStart || stepMs === null ? startMs : stepMs;
+    if (m.stopAt != null && tokens.length > 0 && Date.now() + expectedMs > m.stopAt) break;
+    const started = performance.now();
+    const token = k.ce_llmc_next();
+    if (token < 0) throw new Error("the capsule could not decode a reference-model token");
+    if (atStart) startMs = performance.now() - started;
+    else stepMs = performance.now() - started;
+    tokens.push(token);
+  }
+  return tokens;
+}
+
+// The reference model made before any challenge (browser_node/challenge.js): generating its weights is not
+// decode time, and in a challenge's window it would lower the first answer's observed tokens/s.
+function llmWarm() {
+  if (k.ce_llmc_begin(0, 0) !== 0) throw new Error("out of memory for the reference model");
+  return null;
 }
 
 onmessage = async (event) => {
@@ -91,6 +117,7 @@ onmessage = async (event) => {
     else if (m.cmd === "challenge") postMessage({ ok: true, result: challenge(m) });
     else if (m.cmd === "open") postMessage({ ok: true, result: open(m) });
     else if (m.cmd === "llm") postMessage({ ok: true, result: llm(m) });
+    else if (m.cmd === "llmWarm") postMessage({ ok: true, result: llmWarm() });
     else postMessage({ ok: false, error: `unknown command ${m.cmd}` });
   } catch (err) {
     postMessage({ ok: false, error: String((err && err.message) || err) });

@@ -49,14 +49,17 @@ MAX_PRODUCTS = 65536          # CE_CHALLENGE_MAX_PRODUCTS: only each product's 3
 DEFAULT_N = 1024             # when the claim's evidence names no order
 
 
-LLM_PROMPT = 32              # the probe's prompt tokens (capsule/kernels/probe_llm.c)
-LLM_MAX_DECODE = 224         # CE_LLM_SEQ_LEN - LLM_PROMPT
+LLM_PROMPT = 32              # the prompt tokens of each sequence (capsule/kernels/llm_challenge.h)
+LLM_PER_SEQ = 224            # CE_LLMC_PER_SEQ: tokens decoded per sequence before the next prompt
+LLM_VOCAB = 32000            # CE_LLM_VOCAB: token ids are in [0, LLM_VOCAB)
+LLM_MAX_TOKENS = 8192        # the most tokens one challenge asks (~58 KB of JSON, web/live_guard.py)
 
 
-def decode_for(claimed_tokens_per_sec: float, target_s: float) -> int:
-    """Decode steps of a reference-model challenge: prompt + decode forward passes take target_s at the
-    claimed tokens/s (one pass per token, prefill included), held within [8, LLM_MAX_DECODE]."""
-    return int(max(8, min(LLM_MAX_DECODE, round(claimed_tokens_per_sec * target_s) - LLM_PROMPT)))
+def tokens_for(claimed_tokens_per_sec: float, target_s: float) -> int:
+    """Tokens a reference-model challenge asks: target_s of decoding at the claimed tokens/s (the probe's
+    unit: decoded tokens per second, llama-bench "tg"), held within [8, LLM_MAX_TOKENS]. Sequences of
+    LLM_PER_SEQ tokens follow one another, so no claim is held to one sequence's length."""
+    return int(max(8, min(LLM_MAX_TOKENS, round(claimed_tokens_per_sec * target_s))))
 
 
 def product_seed(seed: int, t: int) -> int:

@@ -154,7 +154,8 @@ class Reactor:
             "ce_sgemm_release", "ce_stream_copy", "ce_stream_scale", "ce_stream_add", "ce_stream_triad",
             "ce_llm_new", "ce_llm_free", "ce_llm_forward", "ce_llm_logits", "ce_challenge_sgemm", "ce_challenge_begin",
             "ce_challenge_next", "ce_challenge_commit",
-            "ce_challenge_root", "ce_challenge_row", "ce_challenge_proof", "ce_challenge_release", "ce_llm_challenge"):
+            "ce_challenge_root", "ce_challenge_row", "ce_challenge_proof", "ce_challenge_release", "ce_llm_challenge",
+            "ce_llmc_begin", "ce_llmc_next", "ce_llmc_expected", "ce_llmc_release"):
             func = exports[name]
             if not isinstance(func, wasmtime.Func):
                 raise CapsuleError(f"{wasm}: export {name!r} is missing or not a function")
@@ -216,6 +217,35 @@ class Reactor:
             return bytes(self._view(buf, np.uint8, 64)).decode()
         finally:
             self.call("ce_free", buf)
+
+    def llm_begin(self, seed: int) -> None:
+        """Starts a reference-model challenge answered token by token (capsule/kernels/llm_challenge.h); the
+        model is made on the first call (~150 ms) and kept."""
+        if int(self.call("ce_llmc_begin", seed & 0xFFFFFFFF, seed >> 32)) != 0:
+            raise CapsuleError("wasm memory exhausted making the reference model")
+
+    def llm_next(self) -> int:
+        """The challenge's next greedy token (one forward pass; a new sequence's prompt first every 224)."""
+        token = int(self.call("ce_llmc_next"))
+        if token < 0:
+            raise CapsuleError("no reference-model challenge was begun on this reactor")
+        return token
+
+    def llm_expected(self, seed: int, tokens: Sequence[int], j: int) -> int:
+        """The token at index j that the reference model gives after the earlier tokens of its sequence: what
+        a relay compares with the node's token j. Costs the prefill of that sequence up to j and one pass."""
+        if not 0 <= j < len(tokens):
+            raise ValueError(f"token index {j} is outside the {len(tokens)} tokens")
+        ptr = self.put(np.asarray(tokens, np.int32))
+        try:
+            token = int(self.call("ce_llmc_expected", seed & 0xFFFFFFFF, seed >> 32, ptr, j))
+        finally:
+            self.call("ce_free", ptr)
+        if token == -2:
+            raise CapsuleError("wasm memory exhausted making the reference model")
+        if token < 0:
+            raise ValueError("a token id is outside the reference model's vocabulary")
+        return token
 
     def sgemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """C = A @ B computed by the capsule's fp32 kernel."""

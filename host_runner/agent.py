@@ -183,6 +183,7 @@ class Agent:
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
                                        say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
                                        warm=challenge_shape(result.profile),
+                                       warm_llm=bool((result.profile.get("llm") or {}).get("tokens_per_sec")),
                                        libp2p=self.libp2p).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()

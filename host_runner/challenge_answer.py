@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from capsule.challenge import encode_row
+from capsule.challenge import LLM_PER_SEQ, encode_row
 from host_runner.wasm import CapsuleError, Reactor, default_engine
 
 PROOF_BYTES = 32 * 32  # room for the sibling hashes of any tree a challenge can make (2^12 rows x 2^16 products)
@@ -127,6 +127,42 @@ class SgemmAnswer:
         self.reactors = []
 
 
-def llm_answer(pool: ReactorPool, seed: int, decode: int) -> str:
-    """A reference-model challenge on the session's first pooled reactor: the token_ids_sha256 it commits to."""
-    return pool.get(1)[0].llm_token_hash(seed, decode)
+def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None) -> list[int]:
+    """A reference-model challenge on the session's first pooled reactor: the token ids it commits to, as
+    ce_llmc_begin(seed) then ce_llmc_next() give them (the relay recomputes any of them: ce_llmc_expected).
+    All `decode` tokens, or with `stop_at` (a time.perf_counter() moment: the roll call's deadline as the
+    relay's `stop_after_s` places it on this clock) those that end before it, as SgemmAnswer.commit does with
+    products: a token is begun only if its expected time still fits before stop_at, and the first always is.
+    A sequence's first token (every LLM_PER_SEQ) also fills the cache with its 32-token prompt, ~5x a token's
+    time (measured in wasmtime: 33-37 ms against 6.6 ms), so a token's expected time is that of its own kind:
+    the last sequence start's (token 0's, first) or the last other token's (until there is one, token 0's: the
+    safe side). With the last token's time alone a node would begin a sequence start with one token's time left
+    and end it ~30 ms past the deadline, where its work counts nothing."""
+    if decode < 1:
+        raise ValueError(f"a reference-model challenge decodes at least one token, not {decode}")
+    reactor = pool.get(1)[0]
+    reactor.llm_begin(seed)
+    tokens: list[int] = []
+    start_s = 0.0                # the last sequence start's time
+    step_s: float | None = None  # the last other token's time
+    while len(tokens) < decode:
+        at_start = len(tokens) % LLM_PER_SEQ == 0
+        if stop_at is not None and tokens:
+            expected_s = start_s if at_start or step_s is None else step_s
+            if time.perf_counter() + expected_s > stop_at:
+                break
+        started = time.perf_counter()
+        token = reactor.llm_next()
+        if at_start:
+            start_s = time.perf_counter() - started
+        else:
+            step_s = time.perf_counter() - started
+        tokens.append(token)
+    return tokens
+
+
+def warm_llm(pool: ReactorPool) -> None:
+    """Makes the reference model on the reactor llm_answer uses (the capsule keeps it between challenges), so
+    the first timed challenge holds decoding only, not the weights' generation (15-150 ms by machine, up to
+    ~20 forward passes: a node's first reference-model answer would observe fewer tokens/s than its next)."""
+    pool.get(1)[0].llm_begin(0)

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
+from capsule.challenge import LLM_MAX_TOKENS
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
-from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer
+from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer, warm_llm
 from host_runner.wasm import CapsuleError
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from host_runner.peer_probe import PeerProber
 
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
-LlmAnswer = Callable[[ReactorPool, int, int], str]
+LlmAnswer = Callable[[ReactorPool, int, int, float | None], list[int]]  # (pool, seed, decode, stop_at) -> tokens
 GpuAnswerFactory = Callable[[list[int], int, int, "GpuContext"], "GpuAnswer"]
 
 
@@ -72,7 +73,7 @@ class LiveSession:
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
                  gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
                  peer_probes: bool = False, warm: tuple[int, int, int] | None = None,
-                 libp2p: Any = None) -> None:
+                 warm_llm: bool = False, libp2p: Any = None) -> None:
         # this node's libp2p host (common/libp2p_host.py): its multiaddrs are announced after the first heartbeat,
         # and brokered probes with another server go over libp2p ping
         self.libp2p = libp2p
@@ -94,6 +95,9 @@ class LiveSession:
         self._answers_lock = threading.Lock()
         self._pool = ReactorPool(reactor_wasm) if reactor_wasm is not None else None
         self.warm = warm  # (instances, n, reps) to compute once before the first hello (ReactorPool.warm)
+        # make the reference model before the first hello (challenge_answer.warm_llm): ~60 MB of the first
+        # reactor's memory, so only where the relay will ask for tokens (a claim of tokens/s)
+        self.warm_llm = warm_llm
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._working = 0  # challenges being computed now (CPU, reference model or GPU)
         self._working_lock = threading.Lock()
@@ -161,6 +165,12 @@ class LiveSession:
                 if self.say is not None:
                     self.say(f"warmed {instances} capsule instance(s) for challenges ({reps} product(s) of order {n} "
                              "each)")
+            except (CapsuleError, OSError) as exc:  # a challenge will say the same; the session goes on
+                self.errors.append({"type": "error", "code": "warm", "detail": str(exc)})
+        if self._pool is not None and self.warm_llm:
+            try:
+                with self._reactor_lock:
+                    warm_llm(self._pool)
             except (CapsuleError, OSError) as exc:  # a challenge will say the same; the session goes on
                 self.errors.append({"type": "error", "code": "warm", "detail": str(exc)})
         failures = 0  # connection attempts in a row that did not hold a session for RECONNECT_STABLE_S
@@ -286,10 +296,25 @@ class LiveSession:
         threading.Thread(target=work, name="challenge-gpu", daemon=True).start()
 
     def _llm_challenge(self, ws: Any, message: dict[str, Any]) -> None:
+        """Decodes and commits the token ids on a worker thread; at a roll call ("stop_after_s") it stops that
+        long after the challenge arrived here and commits what it has, as the SGEMM answer does."""
+        arrived = time.perf_counter()  # the roll call's deadline counts from here (web/challenges.py net_time_s)
         pool = self._pool
         try:
-            seed, decode, cid = int(message["seeds"][0], 16), int(message["decode"]), str(message["id"])
-        except (KeyError, IndexError, TypeError, ValueError):
+            seeds, decode, cid = message["seeds"], message["decode"], message["id"]
+            stop_after_s = message.get("stop_after_s")
+            # strict types: int("12") or a float decode would answer a challenge the relay did not send, and
+            # an unbounded decode would hold the reactors for as long as the relay likes
+            if (not isinstance(seeds, list) or not seeds or not isinstance(seeds[0], str) or not isinstance(cid, str)
+                    or type(decode) is not int or not 1 <= decode <= LLM_MAX_TOKENS
+                    or (stop_after_s is not None and (type(stop_after_s) not in (int, float)
+                                                      or not 0 <= stop_after_s < float("inf")))):
+                raise ValueError("malformed reference-model challenge")
+            seed = int(seeds[0], 16)
+            if not 0 <= seed < 2**64:
+                raise ValueError("the seed is not a u64")
+            stop_at = None if stop_after_s is None else arrived + float(stop_after_s)
+        except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
         if pool is None:
@@ -298,12 +323,12 @@ class LiveSession:
         def work() -> None:
             try:
                 with self._at_work(), self._reactor_lock:
-                    token_hash = self.llm(pool, seed, decode)
-            except CapsuleError as exc:
+                    tokens = self.llm(pool, seed, decode, stop_at)
+            except (CapsuleError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
             with contextlib.suppress(OSError, WebSocketException):
-                self._send(ws, {"type": "commit", "id": cid, "token_ids_sha256": token_hash})
+                self._send(ws, {"type": "commit", "id": cid, "tokens": tokens})
 
         threading.Thread(target=work, name="challenge-llm", daemon=True).start()
 

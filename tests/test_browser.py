@@ -98,6 +98,37 @@ def test_browser_work_recomputes_on_the_server(page: Page, relay: RelayProcess, 
     assert any("token_ids_sha256" in line for line in reproduced)
 
 
+def test_llm_challenge_answered_in_the_probe_worker(page: Page, relay: RelayProcess, artifacts: Artifacts) -> None:
+    """A reference-model challenge answered as a joined tab answers it (browser_node/challenge.js, the capsule's
+    ce_llmc_* in a probe worker), without a relay's verdict: the tokens are those a relay's own reactor gives at
+    any index, across a sequence boundary (224); a roll call's deadline already past still commits one token,
+    and one 0.2 s ahead stops short of what was asked, with the same tokens as far as it went."""
+    from capsule.challenge import LLM_PER_SEQ
+    from host_runner.wasm import Reactor
+
+    seed_hex, decode = "f00dface5eed0123", LLM_PER_SEQ + 6  # a high half above 2^31: the BigInt split is used
+    page.route(relay.url + "/llm-test", lambda route: route.fulfill(content_type="text/html", body="<!doctype html>"))
+    page.goto(relay.url + "/llm-test")  # the relay's origin: its modules and the probe worker load from it
+    full, late, stopped = page.evaluate("""async ([seed, decode]) => {
+        const { challengeAnswerer } = await import("/challenge.js");
+        const wasm = await (await fetch("/capsule-reactor.wasm")).arrayBuffer();
+        const answerer = challengeAnswerer(await WebAssembly.compile(wasm));
+        const ask = (id, extra) => answerer.commit({
+            type: "challenge", id, kind: "llm", seeds: [seed], decode, ...extra });
+        try {
+            return [await ask("c1", {}), await ask("c2", { stop_after_s: 0 }), await ask("c3", { stop_after_s: 0.2 })];
+        } finally { answerer.stop(); }
+    }""", [seed_hex, decode])
+    assert full["type"] == "commit" and full["id"] == "c1" and set(full) == {"type", "id", "tokens"}
+    tokens = full["tokens"]
+    assert len(tokens) == decode and all(type(t) is int for t in tokens)
+    reactor = Reactor(artifacts.reactor)
+    for j in (0, 1, LLM_PER_SEQ - 1, LLM_PER_SEQ, decode - 1):
+        assert tokens[j] == reactor.llm_expected(int(seed_hex, 16), tokens, j), j
+    assert late["tokens"] == tokens[:1]
+    assert 1 <= len(stopped["tokens"]) < decode and stopped["tokens"] == tokens[:len(stopped["tokens"])]
+
+
 def test_without_webgpu(browser_type: BrowserType, relay: RelayProcess) -> None:
     browser: Browser = browser_type.launch(executable_path=CHROMIUM, args=FLAGS)  # no --enable-unsafe-webgpu
     try:
@@ -364,7 +395,7 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
     becomes verified and is counted; its node page and the network page say so; a second visit keeps its key.
     (A hidden tab opting out is tested with a real hidden tab in tests/test_promises_join_page.py.)"""
     fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1",
-            "--challenge-llm-check-fraction", "1", "--beacon-interval", "1", "--roll-call-interval-s", "5",
+            "--beacon-interval", "1", "--roll-call-interval-s", "5",
             "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5", "--roll-call-target-s", "1"]
     with RelayProcess(tmp_path / "data", *fast) as r:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -409,7 +440,7 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         assert seconds < 60
         deadline = time.monotonic() + 120
         # verified by solo challenges, then counted by a roll call: GFLOP/s and, from its reference-model phase
-        # (the token hash recomputed by the relay), tokens/s
+        # (one token of each answer checked by the relay), tokens/s
         while ((trust := r.get(f"/v1/nodes/{node_id}")[1]["trust"])["status"] != "verified"
                or trust["observed"]["tokens_per_sec"] is None or not trust["counted"]["tokens_per_sec"]):
             assert trust["status"] != "flagged" and time.monotonic() < deadline, trust

@@ -239,31 +239,149 @@ def test_implausible_observation_flags_for_the_hold() -> None:
     assert t.judge(50.0, 10.0 + config.trust_flag_hold_s - 1, config)[0] == "flagged"
 
 
-def test_llm_challenge_is_the_probes_own_decode(artifacts: Any) -> None:
-    """ce_llm_challenge with the probe's 128 steps reproduces the probe's token_ids_sha256 for the same seed,
-    so a reference-model challenge checks the very computation behind tokens/s."""
-    import hashlib
+def test_llm_answer_is_what_the_relay_recomputes(artifacts: Any) -> None:
+    """The node's tokens (ce_llmc_begin/next on its pooled reactor) are those a relay's own reactor gives at
+    any index (ce_llmc_expected), across a sequence boundary (224: a new prompt); at a roll call the node stops
+    at its deadline with what it has, never with nothing."""
+    import time
 
-    from host_runner.challenge_answer import ReactorPool, llm_answer
+    from capsule.challenge import LLM_PER_SEQ
+    from host_runner.challenge_answer import ReactorPool, llm_answer, warm_llm
     from host_runner.wasm import Reactor
 
-    seed_hex = "5eed"
-    report = Reactor(artifacts.reactor).run(["--probes", "llm", "--seed", seed_hex, "--budget-ms", "200",
-                                             "--soft-budget"]).report()
-    seed64 = int.from_bytes(hashlib.sha256(bytes.fromhex(seed_hex)).digest()[:8], "little")  # the driver's seed64_of
-    assert llm_answer(ReactorPool(artifacts.reactor), seed64, 128) == report["probes"]["llm"]["token_ids_sha256"]
+    seed = 0x5EED_0000_1234_ABCD  # both halves of the u64 reach the capsule
+    pool = ReactorPool(artifacts.reactor)
+    tokens = llm_answer(pool, seed, LLM_PER_SEQ + 3, None)
+    assert len(tokens) == LLM_PER_SEQ + 3
+    relay = Reactor(artifacts.reactor)  # a separate instance: nothing shared with the node's but the capsule
+    for j in (0, 1, 100, LLM_PER_SEQ - 1, LLM_PER_SEQ, LLM_PER_SEQ + 2):
+        assert tokens[j] == relay.llm_expected(seed, tokens, j), j
+    assert llm_answer(pool, seed, 5, None) == tokens[:5]  # begun afresh per challenge, model kept
+    assert llm_answer(pool, seed ^ 1, 5, None) != tokens[:5]  # the seed names the prompts
+
+    warm_llm(pool)  # (already made: the stop tests below time decoding only)
+    assert len(llm_answer(pool, seed, 50, time.perf_counter() - 1.0)) == 1  # a deadline past: still one token
+    # a deadline 0.2 s ahead stops well before the 224 tokens asked (wasmtime decodes ~100-300 tokens/s)
+    stopped = llm_answer(pool, seed, LLM_PER_SEQ, time.perf_counter() + 0.2)
+    assert 1 <= len(stopped) < LLM_PER_SEQ and stopped == tokens[:len(stopped)]
+    with pytest.raises(ValueError):
+        llm_answer(pool, seed, 0, None)
+
+
+def test_llm_stop_expects_each_token_to_cost_what_its_kind_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a roll call a token is begun only if its expected time fits before the deadline: a sequence's first
+    token (its prompt filled too) is expected to cost what the last sequence start did, any other what the
+    last other token did (the second token, with none yet, what the first did). Here sequences of 12 tokens,
+    60 ms for a start and 15 ms for the others: the node stops before a start that the last token's time alone
+    would have begun (at 225 ms, ending at 285 ms), yet begins the last 15 ms token (at 210 ms), which a 60 ms
+    expectation would not have."""
+    import time
+
+    from host_runner import challenge_answer
+
+    class SlowStarts:
+        made = 0
+
+        def llm_begin(self, seed: int) -> None:
+            self.made = 0
+
+        def llm_next(self) -> int:
+            time.sleep(0.06 if self.made % 12 == 0 else 0.015)
+            self.made += 1
+            return self.made
+
+    class Pool:
+        def get(self, count: int) -> list[Any]:
+            return [reactor]
+
+    reactor = SlowStarts()
+    pool: Any = Pool()
+    monkeypatch.setattr(challenge_answer, "LLM_PER_SEQ", 12)
+    # token 11 is begun at ~210 ms and ends at ~225 (35 ms of room for a slow scheduler before 260); token 12
+    # would end at ~285 ms, however slow the ones before it were
+    assert challenge_answer.llm_answer(pool, 1, 100, time.perf_counter() + 0.26) == list(range(1, 13))
+    assert challenge_answer.llm_answer(pool, 1, 14, None) == list(range(1, 15))
+
+
+def test_live_session_answers_llm_challenges_in_the_new_format(artifacts: Any) -> None:
+    """The server node's side of the wire (host_runner/live_client.py), without a relay: {"tokens": [...]},
+    the roll call's deadline counted from the message's arrival, and any malformed challenge refused as
+    bad_challenge without an exception or an answer."""
+    import json
+    import math
+    import threading
+    import time
+
+    from capsule.challenge import LLM_MAX_TOKENS
+    from common.keys import NodeKey
+    from host_runner.challenge_answer import ReactorPool, llm_answer
+    from host_runner.live_client import LiveSession
+
+    asked: list[tuple[int, int, float | None]] = []
+
+    def fake(pool: ReactorPool, seed: int, decode: int, stop_at: float | None) -> list[int]:
+        asked.append((seed, decode, stop_at))
+        return [7] * decode
+
+    class Ws:
+        def __init__(self) -> None:
+            self.sent: list[dict[str, Any]] = []
+            self.done = threading.Event()
+
+        def send(self, text: str) -> None:
+            self.sent.append(json.loads(text))
+            self.done.set()
+
+    session = LiveSession("http://127.0.0.1:9", NodeKey.generate(), reactor_wasm=artifacts.reactor, llm=fake)
+    good = {"type": "challenge", "id": "ab12", "kind": "llm", "decode": 3, "seeds": ["f00dface5eed0123"],
+            "beacon_round": 7, "nonce": "cd" * 16, "commit_within_s": 5.0}
+    ws = Ws()
+    before = time.perf_counter()
+    session._llm_challenge(ws, {**good, "stop_after_s": 0.5})
+    after = time.perf_counter()
+    assert ws.done.wait(10)
+    assert ws.sent == [{"type": "commit", "id": "ab12", "tokens": [7, 7, 7]}]
+    (seed, decode, stop_at), = asked
+    assert seed == 0xF00DFACE5EED0123 and decode == 3 and stop_at is not None
+    assert before + 0.5 <= stop_at <= after + 0.5
+    ws = Ws()
+    session._llm_challenge(ws, good)
+    assert ws.done.wait(10) and asked[-1][2] is None  # no stop_after_s: every token asked
+
+    malformed: list[dict[str, Any]] = [
+        {"decode": "3"}, {"decode": True}, {"decode": 3.0}, {"decode": 0}, {"decode": LLM_MAX_TOKENS + 1},
+        {"seeds": []}, {"seeds": "f00d"}, {"seeds": ["zz"]}, {"seeds": [17]}, {"seeds": ["1" * 17]},
+        {"seeds": ["-1"]}, {"id": 5}, {"stop_after_s": "0.5"}, {"stop_after_s": True}, {"stop_after_s": -1.0},
+        {"stop_after_s": math.nan}, {"stop_after_s": math.inf}]
+    for bad in malformed:
+        errors, ws = len(session.errors), Ws()
+        session._llm_challenge(ws, {**good, **bad})
+        assert [e["code"] for e in session.errors[errors:]] == ["bad_challenge"], bad
+    for missing in ("decode", "seeds", "id"):
+        errors = len(session.errors)
+        session._llm_challenge(Ws(), {k: v for k, v in good.items() if k != missing})
+        assert [e["code"] for e in session.errors[errors:]] == ["bad_challenge"], missing
+    time.sleep(0.2)
+    assert len(asked) == 2  # none of them reached the answer
+
+    real = LiveSession("http://127.0.0.1:9", NodeKey.generate(), reactor_wasm=artifacts.reactor)
+    ws = Ws()
+    real._llm_challenge(ws, good)
+    assert ws.done.wait(30)
+    assert ws.sent[0]["tokens"] == llm_answer(ReactorPool(artifacts.reactor), 0xF00DFACE5EED0123, 3, None)
 
 
 def test_llm_state_machine() -> None:
     rng = random.Random(2)
     ch = new_llm_challenge("node", 100.0, BEACON, "00ff", 1.0, 100.0, CONFIG)
-    assert ch.decode == 18 and ch.message(CONFIG)["kind"] == "llm"  # 100 tokens/s x 0.5 s = 50 passes - 32
-    for bad in ({}, {"token_ids_sha256": "AB" * 32}, {"token_ids_sha256": "ab"}):
+    assert ch.decode == 50 and ch.message(CONFIG)["kind"] == "llm"  # 100 tokens/s x 0.5 s = 50 tokens
+    bads: list[dict[str, Any]] = [{}, {"token_ids_sha256": "ab" * 32}, {"tokens": []}, {"tokens": [0] * 51}]
+    for bad in bads:
         with pytest.raises(ChallengeError) as exc:
             on_commit(ch, bad, 100.4, rng, CONFIG)
         assert exc.value.code == "malformed_commit"
-    assert on_commit(ch, {"token_ids_sha256": "ab" * 32}, 100.501, rng, CONFIG) is None  # no opening
+    assert on_commit(ch, {"tokens": list(range(50))}, 100.501, rng, CONFIG) is None  # no opening
     assert ch.observed_tps == pytest.approx(50 / 0.5) and ch.observed_gflops is None
     with pytest.raises(ChallengeError) as exc:
-        on_commit(ch, {"token_ids_sha256": "ab" * 32}, 100.6, rng, CONFIG)
+        on_commit(ch, {"tokens": list(range(50))}, 100.6, rng, CONFIG)
     assert exc.value.code == "replayed"

@@ -84,14 +84,14 @@ def test_an_honest_node_always_passes() -> None:
 
 def test_the_published_odds_are_the_documented_numbers() -> None:
     """The README's protocol table: 2 rows per instance, 64 entries per row; skipping 1%, 10%, 50% of one
-    instance's rows passes with 0.9801, 0.81, 0.25; an llm answer at a roll call passes unchecked with 0.75
-    (25% recomputed), solo 0.9 (10%); a flag holds 24 h."""
+    instance's rows passes with 0.9801, 0.81, 0.25; an llm answer that guessed 1%, 50% of its tokens passes
+    with 0.99, 0.5 (one token of every answer checked); a flag holds 24 h."""
     table = odds(RelayConfig())
     sgemm = table["checks"]["sgemm"]
     assert sgemm["rows_opened_per_instance"] == 2 and sgemm["entries_recomputed_per_row"] == 64
     assert sgemm["pass_chance_one_instance"] == pytest.approx({"0.01": 0.9801, "0.1": 0.81, "0.5": 0.25})
     llm = table["checks"]["llm"]["pass_chance_one_answer"]
-    assert llm["roll_call"]["0.01"] == pytest.approx(0.75) and llm["solo"]["0.5"] == pytest.approx(0.9)
+    assert llm["0.01"] == pytest.approx(0.99) and llm["0.5"] == pytest.approx(0.5)
     assert table["flag"] == {"hold_s": 24 * 3600.0, "passes_to_verify": 2}
     # the relay's check is a tiny share of what it checks: 2 rows x 64 entries of n = 1024 over 16 products
     assert sgemm["relay_cost_share_n1024"]["products_per_instance_16"] == pytest.approx(2 * 64 / (16 * 1024**2))
@@ -115,23 +115,19 @@ def test_the_table_has_the_documented_fields_and_values() -> None:
     assert shape(table) == {
         "checks": {"gpu": rows, "sgemm": rows,
                    "links": {"catches": None, "pass_chance_one_answer": fractions, "why_null": None},
-                   "llm": {"catches": None, "pass_chance_one_answer": {"roll_call": fractions, "solo": fractions},
-                           "recomputed_share": {"first_answer": None, "first_roll_call_answers": None,
-                                                "roll_call": None, "solo": None},
-                           "first_roll_call_answers_recomputed": None, "fresh_key_cheater_gain": None,
-                           "fresh_key_cheater_gain_rule": None,
-                           "relay_cost_share": {"roll_call": None, "solo": None}}},
+                   "llm": {"catches": None, "checked_tokens_per_answer": None, "checked_answers_share": None,
+                           "pass_chance_one_answer": fractions, "pass_chance_rule": None,
+                           "relay_cost_share_224_tokens": None, "relay_cost_rule": None}},
         "flag": {"hold_s": None, "passes_to_verify": None}, "honest_false_reject": {"rate": None, "why_null": None},
         "method": None, "skipped_fractions": None}
     assert table["skipped_fractions"] == [0.01, 0.1, 0.5]
     checks = table["checks"]
     assert checks["gpu"]["pass_chance_one_instance"] == checks["sgemm"]["pass_chance_one_instance"]
     assert checks["sgemm"]["relay_cost_share_n1024"]["products_per_instance_1"] == pytest.approx(2 * 64 / 1024**2)
-    assert checks["llm"]["recomputed_share"] == {"first_answer": 1.0, "first_roll_call_answers": 1.0,
-                                                 "roll_call": 0.25, "solo": 0.1}
-    assert checks["llm"]["first_roll_call_answers_recomputed"] == 16
-    assert checks["llm"]["fresh_key_cheater_gain"] == pytest.approx(1.1875)
-    assert checks["llm"]["relay_cost_share"] == {"roll_call": 0.25, "solo": 0.1}
+    # every answer, one token each: a guessed share f passes with 1 - f (docs/protocol.md)
+    assert (checks["llm"]["checked_tokens_per_answer"], checks["llm"]["checked_answers_share"]) == (1, 1.0)
+    assert checks["llm"]["pass_chance_one_answer"] == {"0.01": 0.99, "0.1": 0.9, "0.5": 0.5}
+    assert checks["llm"]["relay_cost_share_224_tokens"] == pytest.approx(0.21, abs=0.005)
     assert checks["links"]["pass_chance_one_answer"] == fractions  # not sampled: no chance to state
     assert "factor 2 + 5 ms" in checks["links"]["catches"]
     for text in (checks["sgemm"]["catches"], checks["gpu"]["catches"], checks["llm"]["catches"],

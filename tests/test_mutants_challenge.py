@@ -15,13 +15,12 @@ import pytest
 
 from capsule.challenge import (
     GOLDEN,
-    LLM_MAX_DECODE,
+    LLM_MAX_TOKENS,
     MAX_PRODUCTS,
     ChallengeError,
     challenge_size,
     check_entries,
     check_proof,
-    decode_for,
     decode_row,
     encode_row,
     inputs_of,
@@ -29,6 +28,7 @@ from capsule.challenge import (
     merkle_root,
     product_seed,
     reps_for,
+    tokens_for,
 )
 
 M64 = (1 << 64) - 1
@@ -199,8 +199,8 @@ def test_a_row_holding_nan_or_infinity_fails_even_outside_the_sample(bad: float)
 
 
 def test_decode_steps_follow_the_claim_within_their_range() -> None:
-    assert decode_for(100.0, 1.0) == 68  # 100 forward passes, 32 of them the prompt
-    assert decode_for(1.0, 1.0) == 8 and decode_for(1e6, 1.0) == LLM_MAX_DECODE
+    assert tokens_for(100.0, 1.0) == 100 and tokens_for(100.0, 1.5625) == 156  # decoded tokens, the probe's unit
+    assert tokens_for(1.0, 1.0) == 8 and tokens_for(1e6, 1.0) == LLM_MAX_TOKENS == 8192
 
 
 def test_work_is_sized_per_instance_for_slow_claims_too() -> None:

@@ -44,7 +44,7 @@ def bare(kind: str = "sgemm", n: int = 1000, reps: int = 52, instances: int = 1,
          decode: int = 0) -> Challenge:
     """A challenge as the relay holds it once answered: only the sizes and the net time matter to the rates."""
     return Challenge("id", "node", n, reps, list(range(instances)), 7, "nonce", 0.0, SENT, 0.0, kind=kind,
-                     decode=decode, commit_s=commit_s)
+                     decode=decode, commit_s=commit_s, tokens=[0] * decode if kind == "llm" else None)
 
 
 def small(instances: int = 2, n: int = 4, reps: int = 3, rtt_ms: float = 0.0) -> Challenge:
@@ -158,13 +158,21 @@ def test_a_tiny_claim_still_gets_the_core_floor_of_work_per_instance() -> None:
 
 def test_an_llm_challenge_is_one_seed_and_decode_steps_for_the_claimed_tokens_per_sec() -> None:
     ch = new_llm_challenge("node-b", 100.0, BEACON, NONCE, 3.0, SENT, CONFIG)
-    assert (ch.id, ch.node_id, ch.kind, ch.decode, ch.claimed_tps) == (NONCE[:16], "node-b", "llm", 18, 100.0)
+    # 100 tokens/s for the solo target (0.5 s): 50 tokens
+    assert (ch.id, ch.node_id, ch.kind, ch.decode, ch.claimed_tps) == (NONCE[:16], "node-b", "llm", 50, 100.0)
+    assert ch.stop_after_s is None and ch.tokens is None and ch.checked_token is None
     assert ch.seeds == [instance_seed(BEACON["value"], NONCE, 0)]  # the sgemm recipe's instance 0
     assert (ch.beacon_round, ch.nonce, ch.beacon_value, ch.sent_at, ch.rtt_ms) == (7, NONCE, BEACON["value"],
                                                                                  SENT, 3.0)
     assert (ch.n, ch.reps, ch.claimed_gflops, ch.flops) == (0, 0, 0.0, 0.0)  # no products asked or claimed
-    # 100 tokens/s for 1 s = 100 passes, 32 of them the prompt
-    assert new_llm_challenge("node-b", 100.0, BEACON, NONCE, None, SENT, CONFIG, target_s=1.0).decode == 68
+    # 100 tokens/s for 1 s = 100 tokens (decoded tokens: the probe's unit); sequences follow one another, so a
+    # fast claim is not held to one sequence's 224
+    assert new_llm_challenge("node-b", 100.0, BEACON, NONCE, None, SENT, CONFIG, target_s=1.0).decode == 100
+    assert new_llm_challenge("node-b", 500.0, BEACON, NONCE, None, SENT, CONFIG, target_s=1.0).decode == 500
+    assert new_llm_challenge("node-b", 1.0, BEACON, NONCE, None, SENT, CONFIG).decode == 8
+    assert new_llm_challenge("node-b", 1e6, BEACON, NONCE, None, SENT, CONFIG).decode == 8192
+    roll = new_llm_challenge("node-b", 100.0, BEACON, NONCE, None, SENT, CONFIG, 1.5625, 1.125)
+    assert (roll.decode, roll.stop_after_s) == (156, 1.125)
     assert new_llm_challenge("node-b", 100.0, BEACON, NONCE, None, SENT, CONFIG).rtt_ms == 0.0
 
 
@@ -179,9 +187,11 @@ def test_the_challenge_messages_carry_what_the_node_needs_and_nothing_of_the_cla
                                   "seeds": seeds, "beacon_round": 7, "nonce": NONCE,
                                   "commit_within_s": CONFIG.challenge_commit_timeout_s}
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 3.0, SENT, CONFIG)
-    assert llm.message(CONFIG) == {"type": "challenge", "id": NONCE[:16], "kind": "llm", "decode": 18,
+    assert llm.message(CONFIG) == {"type": "challenge", "id": NONCE[:16], "kind": "llm", "decode": 50,
                                    "seeds": [f"{llm.seeds[0]:016x}"], "beacon_round": 7, "nonce": NONCE,
                                    "commit_within_s": CONFIG.challenge_commit_timeout_s}
+    llm.stop_after_s = 1.123456
+    assert llm.message(CONFIG)["stop_after_s"] == 1.1235  # a roll call's: the node stops then
 
 
 # --- the commitment -------------------------------------------------------------------------------------------
@@ -203,8 +213,9 @@ def test_the_commit_time_is_net_of_the_sessions_rtt() -> None:
     ch, _, _ = committed(rtt_ms=40.0)
     assert ch.commit_s == pytest.approx(0.46)  # 0.5 s elapsed less the 40 ms RTT (below its 10 % cap)
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 40.0, SENT, CONFIG)
-    on_commit(llm, {"token_ids_sha256": "ab" * 32}, SENT + 0.5, random.Random(1), CONFIG)
-    assert llm.commit_s == pytest.approx(0.46) and llm.token_hash == "ab" * 32
+    on_commit(llm, {"tokens": [5, 6, 7]}, SENT + 0.5, random.Random(1), CONFIG)
+    assert llm.commit_s == pytest.approx(0.46) and llm.tokens == [5, 6, 7]
+    assert llm.observed_tps == pytest.approx(3 / 0.46)  # the tokens committed over the net time
 
 
 def test_the_commit_deadline_is_inclusive_and_a_late_commit_says_by_how_much() -> None:
@@ -213,15 +224,18 @@ def test_the_commit_deadline_is_inclusive_and_a_late_commit_says_by_how_much() -
     commit_refusal("late", f"committed after {limit + 0.5:.1f} s; the limit is {limit:g} s", small(),
                    {"roots": Node(small()).roots()}, SENT + limit + 0.5)
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
-    assert on_commit(llm, {"token_ids_sha256": "ab" * 32}, SENT + limit, random.Random(1), CONFIG) is None
+    assert on_commit(llm, {"tokens": [1]}, SENT + limit, random.Random(1), CONFIG) is None
+    llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
+    commit_refusal("late", "committed after", llm, {"tokens": [1]}, SENT + limit + 0.01)
 
 
 def test_a_second_commitment_is_refused_as_replayed() -> None:
     ch, node, _ = committed()
     commit_refusal("replayed", "already committed", ch, {"roots": node.roots()}, SENT + 0.6)
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
-    on_commit(llm, {"token_ids_sha256": "ab" * 32}, SENT + 0.5, random.Random(1), CONFIG)
-    commit_refusal("replayed", "already committed", llm, {"token_ids_sha256": "cd" * 32}, SENT + 0.6)
+    on_commit(llm, {"tokens": [1, 2]}, SENT + 0.5, random.Random(1), CONFIG)
+    commit_refusal("replayed", "already committed", llm, {"tokens": [3, 4]}, SENT + 0.6)
+    assert llm.tokens == [1, 2]
 
 
 def test_malformed_roots_are_refused_and_the_detail_names_what_was_expected() -> None:
@@ -235,12 +249,34 @@ def test_malformed_roots_are_refused_and_the_detail_names_what_was_expected() ->
     assert ch.roots is None and ch.commit_s is None  # a refused commitment leaves nothing behind
 
 
-def test_an_llm_commitment_is_64_lowercase_hex_digits() -> None:
-    # a placeholder of the right length is not a hash, nor is an uppercase or a truncated one
-    for bad in ("X" * 64, "AB" * 32, "ab" * 31, 42):
+def test_an_llm_commitment_is_1_to_decode_token_ids_in_the_vocabulary() -> None:
+    """50 tokens asked: 1 to 50 ids in [0, 32000); nothing else (no bools, floats, strings, negative or too
+    large ids, no empty list, no more than asked); a refused one leaves nothing behind."""
+    for bad in ([], [0] * 51, [32000], [-1], [1.0], [True], ["1"], "1,2", None, {"0": 1}):
         llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
-        commit_refusal("malformed_commit", "64 lowercase hex digits", llm, {"token_ids_sha256": bad}, SENT + 0.5)
-        assert llm.token_hash is None
+        commit_refusal("malformed_commit", "expected tokens: 1 to 50 integers in [0, 32000)", llm,
+                       {"tokens": bad}, SENT + 0.5)
+        assert llm.tokens is None and llm.checked_token is None and llm.commit_s is None
+    llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
+    commit_refusal("malformed_commit", "a token hash is no longer taken", llm, {"token_ids_sha256": "ab" * 32},
+                   SENT + 0.5)
+    for good in ([0], [31999] * 50):
+        llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
+        assert on_commit(llm, {"tokens": good}, SENT + 0.5, random.Random(1), CONFIG) is None
+        assert llm.tokens == good and llm.checked_token is not None and 0 <= llm.checked_token < len(good)
+
+
+def test_the_checked_token_is_drawn_uniformly_over_the_answer() -> None:
+    """Every index of an answer is drawn (the last one too), about equally often: a guess anywhere is caught
+    with the chance of being drawn (web/llm_checks.py)."""
+    rng = random.Random(5)
+    seen = [0] * 10
+    for _ in range(5000):
+        llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
+        on_commit(llm, {"tokens": list(range(10))}, SENT + 0.5, rng, CONFIG)
+        assert llm.checked_token is not None
+        seen[llm.checked_token] += 1
+    assert min(seen) > 400 and max(seen) < 600, seen
 
 
 # --- the opening ----------------------------------------------------------------------------------------------
@@ -315,9 +351,9 @@ def test_an_observation_beyond_one_core_per_instance_is_implausible_and_at_it_is
 
 def test_tokens_per_sec_beyond_one_core_on_the_reference_model_is_implausible() -> None:
     bound = plausibility.TOKENS_PER_SEC_MAX
-    at = bare("llm", 0, 0, decode=8, commit_s=40 / bound)  # (32 + 8) passes at exactly the bound
+    at = bare("llm", 0, 0, decode=40, commit_s=40 / bound)  # 40 tokens at exactly the bound
     assert at.observed_tps == bound and at.observed_gflops is None and implausible(at) is None
-    reason = implausible(bare("llm", 0, 0, decode=8, commit_s=0.01))  # 4000 tokens/s
+    reason = implausible(bare("llm", 0, 0, decode=40, commit_s=0.01))  # 4000 tokens/s
     assert reason is not None and "observed 4000.0 tokens/s" in reason and f"{bound:.0f}" in reason
     assert "reference model" in reason
 
@@ -374,18 +410,20 @@ def test_an_llm_record_lets_anyone_recompute_the_challenge() -> None:
     ch.issued_at = 1.7e9
     before = ch.record()
     assert before["commit_s"] is None and before["observed_tokens_per_sec"] is None
-    assert before["token_ids_sha256"] is None and before["roll_call"] is None
-    on_commit(ch, {"token_ids_sha256": "ab" * 32}, SENT + 0.7654321, random.Random(1), CONFIG)
+    assert before["tokens"] is None and before["checked_token"] is None and before["roll_call"] is None
+    on_commit(ch, {"tokens": [11, 12, 13, 14]}, SENT + 0.7654321, random.Random(1), CONFIG)
     record = ch.record()
+    j = record["checked_token"]
     assert {k: v for k, v in record.items() if k not in ("seed_method", "rtt_ms", "commit_s",
                                                          "observed_tokens_per_sec")} \
-        == {"id": NONCE[:16], "kind": "llm", "issued_at": 1.7e9, "decode": 18, "beacon_round": 7, "nonce": NONCE,
-            "claimed_tokens_per_sec": 100.0, "token_ids_sha256": "ab" * 32, "roll_call": None}
+        == {"id": NONCE[:16], "kind": "llm", "issued_at": 1.7e9, "decode": 50, "beacon_round": 7, "nonce": NONCE,
+            "stop_after_s": None, "claimed_tokens_per_sec": 100.0, "tokens": 4, "checked_token": j,
+            "token": 11 + j, "roll_call": None}
     assert record["rtt_ms"] == pytest.approx(12.3456789, abs=5e-4)
     assert record["commit_s"] == pytest.approx(0.7654321 - 0.0123456789, abs=5e-5)
     assert ch.observed_tps is not None
     assert record["observed_tokens_per_sec"] == pytest.approx(ch.observed_tps, abs=5e-4)
-    assert (32 + record["decode"]) / record["commit_s"] == pytest.approx(record["observed_tokens_per_sec"], rel=1e-4)
+    assert record["tokens"] / record["commit_s"] == pytest.approx(record["observed_tokens_per_sec"], rel=1e-4)
     template, _ = recipe(record["seed_method"])
     text = template.format(beacon=BEACON["value"], nonce=record["nonce"])
     assert [int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")] == ch.seeds
@@ -397,7 +435,7 @@ def test_the_seed_recipes_of_all_kinds_are_one() -> None:
     sgemm = new_challenge("node", 40.0, 2, None, BEACON, NONCE, 0.0, SENT, CONFIG).record()["seed_method"]
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG).record()["seed_method"]
     instance_clause = sgemm.split("; ")[0]
-    assert llm == instance_clause.removeprefix("instance i: ").replace("{i}", "0")
+    assert llm.split("; ")[0] == instance_clause.removeprefix("instance i: ").replace("{i}", "0")
     gpu = bare("gpu", commit_s=1e-3)
     record = gpu.record()
     assert record["kind"] == "gpu" and record["claimed_tflops"] == 0.0 and "observed_tflops" in record

@@ -194,7 +194,8 @@ def test_to_json_rounds_each_figure_to_its_own_precision_and_says_how_it_was_mea
     method = obs["method"]
     assert method.startswith(f"best and median of the last {C.trust_observed_kept} challenges: 2 n^3 x instances flop")
     assert "(commitment received - challenge sent - the session's median RTT" in method
-    assert "tokens/s likewise: (32 prompt + decode) forward passes of the reference model" in method
+    assert ("tokens/s likewise: the tokens the answer committed (decoded by the reference model, one drawn and "
+            "checked)") in method
     assert method.endswith("GPU TFLOP/s likewise: 2 n^3 x instances flop of the GPU challenge (the probe's fp32 WGSL "
                            "matmul)")
     assert set(t.to_json(20.0, 1.0, C)) == {"status", "reason", "score", "observed", "challenges"}

@@ -2,13 +2,14 @@
 our own, each playing one lie the relay once believed, and the verified scoreboard (/stats) they leave.
 
 The attackers are LiveSession clients with a hook each (failure injection a real node would never do): pongs
-held back, opting out after being counted, random token hashes, several source addresses. Every comparison
+held back, opting out after being counted, random token ids, several source addresses. Every comparison
 first asserts its precondition (the attacker was challenged at a roll call and its answer recorded)."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from capsule.challenge import LLM_VOCAB
 from capsule.signing import sign
 from common.keys import NodeKey
 from host_runner.live_client import LiveSession
@@ -216,17 +218,20 @@ def test_claimed_cores_are_never_counted(relay: RelayProcess, measured: dict[str
 
 def test_random_token_hashes_are_caught_before_they_count(tmp_path: Any, measured: dict[str, Any],
                                                           artifacts: Any) -> None:
-    """Solo hashes are never recomputed here (--challenge-llm-check-fraction 0), yet the first reference-model
-    answer that would count is recomputed: a random hash flags the node, and dropping `llm` afterwards does
-    not bring it back."""
-    with RelayProcess(tmp_path / "relay", *ROLL, "--challenge-llm-check-fraction", "0") as relay:
+    """Every reference-model answer has one token checked: random token ids are caught at the first answer
+    (a guess is right 1 in 32,000), flag the node, and dropping `llm` afterwards does not bring it back."""
+    with RelayProcess(tmp_path / "relay", *ROLL) as relay:
         # SGEMM claimed well within what the node shows: what flags it must be the tokens (at its full measured
         # claim, two SGEMM answers past the deadline flagged it first once, CI 2026-12-05)
         key = registered(relay, measured, gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
-        session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor,
-                              llm=lambda pool, seed, decode: os.urandom(32).hex()).start()
+
+        def random_tokens(pool: Any, seed: int, decode: int, stop_at: float | None) -> list[int]:
+            rng = random.Random(seed)  # ids the model did not decode (each matches with chance 1 / LLM_VOCAB)
+            return [rng.randrange(LLM_VOCAB) for _ in range(decode)]
+
+        session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor, llm=random_tokens).start()
         try:
-            body = until("a random token hash is caught", 90,
+            body = until("random token ids are caught", 90,
                          lambda: (b := node(relay, key))["trust"]["status"] == "flagged" and b)
             codes = [(e["kind"], e["code"]) for e in challenges(relay, key)]
             assert ("llm", "wrong_tokens") in codes, codes

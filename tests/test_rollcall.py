@@ -301,9 +301,10 @@ def test_a_figure_beyond_physics_is_implausible() -> None:
     why = implausible(ch)
     assert why is not None and "2 instance(s)" in why
     llm = new_llm_challenge("n", 100.0, BEACON, "00" * 16, 0.0, 0.0, CONFIG)
-    llm.commit_s = (32 + llm.decode) / (plausibility.TOKENS_PER_SEC_MAX * 1.01)
+    llm.tokens = [0] * 40
+    llm.commit_s = 40 / (plausibility.TOKENS_PER_SEC_MAX * 1.01)
     assert implausible(llm) is not None
-    llm.commit_s = (32 + llm.decode) / (plausibility.TOKENS_PER_SEC_MAX * 0.99)
+    llm.commit_s = 40 / (plausibility.TOKENS_PER_SEC_MAX * 0.99)
     assert implausible(llm) is None
 
 

@@ -149,3 +149,53 @@ def test_a_transcript_refused_for_its_form_or_physics_catches_its_peer_unchecked
         run(relay.challenges.apply_transcript(sign("Transcript", genuine, peer)))
         assert relay.metrics.transcripts_audited == 1  # caught: the genuine one after it was re-checked
         assert relay.challenges.trust[node.node_id].passes_total == 1
+
+
+def llm_transcript(reactor: Path, relay_id: str, node_id: str, nonce: str) -> dict[str, Any]:
+    """A passed reference-model transcript: the tokens decoded by the capsule, one drawn and checked."""
+    import random
+    import time
+
+    from common.reactor import Reactor
+    from web.challenges import new_llm_challenge, on_commit
+    from web.transcripts import transcript_body
+
+    config = RelayConfig()
+    beacon: dict[str, Any] = {"round": 1, "value": "ab" * 32}
+    ch = new_llm_challenge(node_id, 100.0, beacon, nonce, 1.0, time.perf_counter(), config, 0.3)
+    node = Reactor(reactor)
+    node.llm_begin(ch.seeds[0])
+    tokens = [node.llm_next() for _ in range(ch.decode)]
+    on_commit(ch, {"tokens": tokens}, time.perf_counter(), random.Random(2), config)
+    return transcript_body(relay_id, ch, beacon["value"], True, "passed", None, True, time.time())
+
+
+def test_a_peer_passing_a_guessed_token_is_caught_at_the_token_it_checked(desk_of: Any, artifacts: Any) -> None:
+    """A reference-model transcript carries the tokens and the index its relay checked; an audit checks that
+    token again on this relay's reactor: genuine tokens are recorded, a guess at the checked index is
+    wrong_transcript, ids outside the vocabulary or an index outside the tokens are invalid_transcript."""
+    peer, node = NodeKey.generate(), NodeKey.generate()
+    genuine = llm_transcript(artifacts.reactor, peer.node_id, node.node_id, "ef" * 16)
+    c = genuine["challenge"]
+    assert c["tokens_checked"] is True and 0 <= c["checked_token"] < len(c["tokens"]) == c["decode"] == 30
+    relay = desk_of(peer, node, 1.0)
+    run(relay.challenges.apply_transcript(sign("Transcript", genuine, peer)))
+    assert relay.metrics.transcripts_audited == 1 and relay.challenges.trust[node.node_id].passes_total == 1
+
+    guessed = own_nonce(genuine, 1)
+    guessed = llm_transcript(artifacts.reactor, peer.node_id, node.node_id, guessed["challenge"]["nonce"])
+    j = guessed["challenge"]["checked_token"]
+    guessed["challenge"]["tokens"][j] = (guessed["challenge"]["tokens"][j] + 1) % 32000
+    with pytest.raises(TranscriptError) as caught:
+        run(relay.challenges.apply_transcript(sign("Transcript", guessed, peer)))
+    assert caught.value.code == "wrong_transcript" and f"token {j}" in caught.value.detail
+    assert relay.challenges.trust[node.node_id].passes_total == 1
+    assert peer.node_id in relay.challenges.peers.audit.caught
+
+    for i, change in enumerate(({"tokens": [32000] * 30}, {"checked_token": 30}, {"tokens": None},
+                                {"tokens": [1] * 31})):
+        bad = own_nonce(genuine, 10 + i)
+        bad["challenge"].update(change)
+        with pytest.raises(TranscriptError) as refused:
+            run(relay.challenges.apply_transcript(sign("Transcript", bad, peer)))
+        assert refused.value.code == "invalid_transcript", (change, refused.value.detail)

@@ -33,7 +33,7 @@ from tests.test_proven import registered as proven_registered
 ALONE = pytest.mark.alone
 
 FAST = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1",
-        "--heartbeat-interval", "0.5", "--challenge-llm-check-fraction", "1", "--beacon-interval", "1",
+        "--heartbeat-interval", "0.5", "--beacon-interval", "1",
         "--roll-call-interval-s", "5", "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5",
         "--roll-call-target-s", "1"]
 VERIFY_WITHIN_S = 180  # the issue's bound for an honest node (and for flagging a liar)
@@ -154,13 +154,13 @@ def test_wrong_answers_fail_and_flag(relay: RelayProcess, measured: dict[str, An
 
 
 def test_wrong_token_hash_fails_and_flags(relay: RelayProcess, measured: dict[str, Any], artifacts: Any) -> None:
-    """A reference-model challenge answered with a hash the model did not produce: the relay recomputes it
-    (every time here: --challenge-llm-check-fraction 1) and the node is flagged."""
+    """A reference-model challenge answered with token ids the model did not produce: the relay checks one token
+    of every answer, and the node is flagged."""
     key = registered(relay, measured)
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor,
-                          llm=lambda pool, seed, decode: "0" * 64).start()
+                          llm=lambda pool, seed, decode, stop_at: [0] * decode).start()
     try:
-        wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", 60, "a wrong token hash")
+        wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", 60, "wrong token ids")
         # the status changes before the result frame reaches the node: wait for it (bounded)
         deadline = time.monotonic() + 10
         while not any(r["code"] == "wrong_tokens" and not r["passed"] for r in session.results):

@@ -34,7 +34,6 @@ from web.challenges import (
     parse_opening,
 )
 from web.live import LiveError
-from web.llm_checks import recompute
 from web.peer_transcripts import PeerTranscripts
 from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted, next_roll_call
@@ -84,7 +83,8 @@ class ChallengeDesk:
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
         self.secret = secrets.token_bytes(32)  # solo challenge moments, transcript audits: unpredictable
-        self.peers = PeerTranscripts(relay.relay_id, self.config, self, self.secret, self.rng, self._audited)
+        self.peers = PeerTranscripts(relay.relay_id, self.config, self, self.secret, self.rng, self._audited,
+                                     self._llm_expected)
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
         self._told: dict[str, str] = {}        # the status each node was last told of on its session
@@ -229,7 +229,7 @@ class ChallengeDesk:
             for ch in list(who.challenges.values()):
                 if ch.checking:
                     continue  # its answer arrived in time; the relay is recomputing it
-                if (ch.roots is None and ch.token_hash is None
+                if (ch.roots is None and ch.tokens is None
                         and now - ch.sent_at > config.challenge_commit_timeout_s):
                     await self._finish(who, ch, False, "late",
                                        f"no commitment within {config.challenge_commit_timeout_s:g} s")
@@ -294,25 +294,22 @@ class ChallengeDesk:
             if opening is not None:
                 await who.send(opening)
                 return
-            trust = self.trust.get(ch.node_id)
-            # a node's first roll_call_llm_full_checks roll-call answers and its first solo one always; a share
-            # after that (web/llm_checks.py)
-            if not recompute(bool(ch.roll_call), trust.roll_call_tokens_checked if trust else 0,
-                             trust.tokens_checked if trust else 0, self.rng.random(), self.config):
-                await self._finish(who, ch, True, "passed", "token hash not recomputed this time (sampled)")
-                return
+            # every answer: one token, drawn by on_commit after the tokens arrived (web/llm_checks.py)
             ch.checking = True
-            expected = await asyncio.to_thread(self._llm_hash, ch.seeds[0], ch.decode)
-            if expected != ch.token_hash:
-                raise ChallengeError("wrong_tokens", "the token ids differ from the reference model's")
+            j = ch.checked_token if ch.checked_token is not None else 0
+            expected = await asyncio.to_thread(self._llm_expected, ch.seeds[0], ch.tokens or [], j)
+            if expected != (ch.tokens or [])[j]:
+                raise ChallengeError("wrong_tokens", f"token {j} is {(ch.tokens or [])[j]}; the reference model "
+                                                     f"gives {expected} after the tokens before it")
         except ChallengeError as exc:
             await self._fail(who, ch, exc)
             return
-        except CapsuleError as exc:  # the relay's own reactor failed: not the node's fault
+        except CapsuleError as exc:  # the relay's own reactor failed: not the node's fault, but nothing checked
             log.error("llm check failed", extra={"error": str(exc)})
-            await self._finish(who, ch, True, "passed", "the relay could not recompute the token hash")
+            await self._finish(who, ch, True, "passed", "the relay could not check a token: not counted")
             return
-        await self._finish(who, ch, True, "passed", "token hash recomputed and equal", tokens_checked=True)
+        await self._finish(who, ch, True, "passed", f"token {j} of {len(ch.tokens or [])} checked and equal",
+                           tokens_checked=True)
 
     async def apply_transcript(self, transcript: dict[str, Any]) -> None:
         """A peer relay's challenge transcript (signature checked by the caller): believed only from a named
@@ -338,12 +335,13 @@ class ChallengeDesk:
         await self._store(ch.node_id, now, {**ch.record(), "passed": passed, "code": code, "relay": origin,
                                             "tokens_checked": bool(c.get("tokens_checked"))})
 
-    def _llm_hash(self, seed: int, decode: int) -> str:
-        """The reference model's token hash for a challenge, by the capsule's own reactor (a worker thread)."""
+    def _llm_expected(self, seed: int, tokens: list[int], j: int) -> int:
+        """The reference model's token j of a challenge after the node's tokens before it, by the capsule's own
+        reactor (a worker thread; the model is made once and kept)."""
         with self._llm_lock:
             if self._llm_checker is None:
                 self._llm_checker = Reactor(self.config.reactor_wasm)
-            return self._llm_checker.llm_token_hash(seed, decode)
+            return self._llm_checker.llm_expected(seed, tokens, j)
 
     async def on_opening(self, who: Challengee, message: dict[str, Any], arrived: float | None = None,
                          lag_s: float = 0.0) -> None:
@@ -399,7 +397,7 @@ class ChallengeDesk:
         trust = self.trust.setdefault(ch.node_id, Trust(decayed_at=now))
         trust.record(passed, code, observed, now, self.config, observed_tps, tokens_checked,
                      ch.observed_tflops if passed else None, bool(ch.roll_call))
-        verdict = self.roll.on_result(ch, passed, code, trust.tokens_checked > 0) if ch.roll_call else None
+        verdict = self.roll.on_result(ch, passed, code, tokens_checked) if ch.roll_call else None
         self.refresh(ch.node_id, now)
         result = {**ch.record(), "passed": passed, "code": code, "detail": detail, "tokens_checked": tokens_checked}
         if not passed:

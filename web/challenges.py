@@ -16,10 +16,13 @@ relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": C
                 "observed_gflops": X | null, "observed_tokens_per_sec": X | null}
 
 A reference-model challenge (for sessions that answer "llm"): {"type": "challenge", "kind": "llm", "seeds":
-[HEX16], "decode": D, ...}; the node runs the capsule's ce_llm_challenge (the model and 32-token prompt of the
-seed, D greedy steps) and commits {"type": "commit", "id", "token_ids_sha256": HEX64}; there is no opening.
-Observed tokens/s = (32 + D) forward passes / the same timed window; the relay recomputes the hash on a
-sampled fraction (wrong_tokens when it differs).
+[HEX16], "decode": D, "stop_after_s": S (roll calls only), ...}; the node decodes greedily with the capsule's
+fixed reference model from the seed's prompts (capsule/kernels/llm_challenge.h: a new 32-token prompt every
+224 tokens), stops after D tokens or S seconds, and commits {"type": "commit", "id", "tokens": [ID, ...]}, the
+token ids themselves; there is no opening. Observed tokens/s = the tokens committed / the same timed window.
+The relay checks one token of every answer, drawn after it arrived (wrong_tokens when it differs): a token
+guessed instead of computed is caught with the chance of being drawn, so an answer counts in expectation no
+more than the tokens it computed, whatever identity sent it (web/llm_checks.py).
 
 Each instance computes up to `reps` products of the claim's own order n (capsule/cpu_challenge.py); the relay
 times the commitment on its own clock: observed GFLOP/s = the committed products x 2 n^3 / (commitment
@@ -42,14 +45,14 @@ import numpy as np
 
 from capsule import cpu_challenge, plausibility
 from capsule.challenge import (
-    LLM_PROMPT,
+    LLM_VOCAB,
     ChallengeError,
     challenge_size,
     check_entries,
     check_proof,
-    decode_for,
     decode_row,
     instance_seed,
+    tokens_for,
 )
 from web.config import RelayConfig
 from web.loop_lag import lag_allowance, lag_forgiven
@@ -69,9 +72,10 @@ class Challenge:
     rtt_ms: float
     issued_at: float = 0.0             # unix time it was sent (history; same-host rounds share it)
     kind: str = "sgemm"                # "sgemm" | "llm" | "gpu" (web/gpu_challenges.py)
-    decode: int = 0                    # llm: greedy decode steps
+    decode: int = 0                    # llm: the most tokens to decode
     claimed_tps: float = 0.0           # llm: the claimed tokens/s it was sized for
-    token_hash: str | None = None      # llm: the committed token_ids_sha256
+    tokens: list[int] | None = None    # llm: the committed token ids
+    checked_token: int | None = None   # llm: the index the relay checks, drawn when the tokens arrived
     checking: bool = False             # the answer arrived in time and is being recomputed (not late)
     roots: list[bytes] | None = None
     commit_s: float | None = None      # commitment received - sent - the RTT allowance (net_time_s)
@@ -101,13 +105,18 @@ class Challenge:
 
     @property
     def observed_tps(self) -> float | None:
-        return (LLM_PROMPT + self.decode) / self.commit_s if self.commit_s and self.kind == "llm" else None
+        if not self.commit_s or self.kind != "llm" or self.tokens is None:
+            return None
+        return len(self.tokens) / self.commit_s
 
     def message(self, config: RelayConfig) -> dict[str, Any]:
         if self.kind == "llm":
-            return {"type": "challenge", "id": self.id, "kind": "llm", "decode": self.decode,
-                    "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round,
-                    "nonce": self.nonce, "commit_within_s": config.challenge_commit_timeout_s}
+            llm = {"type": "challenge", "id": self.id, "kind": "llm", "decode": self.decode,
+                   "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round,
+                   "nonce": self.nonce, "commit_within_s": config.challenge_commit_timeout_s}
+            if self.stop_after_s is not None:
+                llm["stop_after_s"] = round(self.stop_after_s, 4)
+            return llm
         # "sgemm" and "gpu" share the message (web/gpu_challenges.gpu_message)
         body = {"type": "challenge", "id": self.id, "kind": self.kind, "n": self.n, "reps": self.reps,
                 "seeds": [f"{s:016x}" for s in self.seeds], "beacon_round": self.beacon_round, "nonce": self.nonce,
@@ -125,11 +134,16 @@ class Challenge:
         if self.kind == "llm":
             return {"id": self.id, "kind": "llm", "issued_at": self.issued_at, "decode": self.decode,
                     "beacon_round": self.beacon_round, "nonce": self.nonce,
-                    "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/0')",
+                    "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/0'); "
+                                   "tokens: capsule/kernels/llm_challenge.h",
+                    "stop_after_s": self.stop_after_s,
                     "claimed_tokens_per_sec": self.claimed_tps, "rtt_ms": round(self.rtt_ms, 3),
                     "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                     "observed_tokens_per_sec": round(self.observed_tps, 3) if self.observed_tps else None,
-                    "token_ids_sha256": self.token_hash, "roll_call": self.roll_call}
+                    "tokens": None if self.tokens is None else len(self.tokens),
+                    "checked_token": self.checked_token,
+                    "token": None if self.tokens is None or self.checked_token is None
+                    else self.tokens[self.checked_token], "roll_call": self.roll_call}
         return {"id": self.id, "kind": "sgemm", "issued_at": self.issued_at, "n": self.n, "reps": self.reps,
                 "instances": len(self.seeds),
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
@@ -183,11 +197,15 @@ def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: 
 
 
 def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], nonce: str, rtt_ms: float | None,
-                      now: float, config: RelayConfig, target_s: float | None = None) -> Challenge:
+                      now: float, config: RelayConfig, target_s: float | None = None,
+                      stop_after_s: float | None = None) -> Challenge:
+    """A reference-model challenge asking target_s of decoding at the claim (solo: challenge_target_s). With
+    stop_after_s (a roll call) the node stops then and commits the tokens it has: as for SGEMM, the caller
+    sizes the work beyond the deadline."""
     target = target_s if target_s is not None else config.challenge_target_s
     return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, 0)], beacon["round"], nonce,
-                     0.0, now, rtt_ms or 0.0, kind="llm", decode=decode_for(claimed_tps, target),
-                     claimed_tps=claimed_tps, beacon_value=str(beacon["value"]))
+                     0.0, now, rtt_ms or 0.0, kind="llm", decode=tokens_for(claimed_tps, target),
+                     claimed_tps=claimed_tps, beacon_value=str(beacon["value"]), stop_after_s=stop_after_s)
 
 
 def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, config: RelayConfig) -> float:
@@ -205,8 +223,8 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
               config: RelayConfig, lag_s: float = 0.0) -> dict[str, Any] | None:
     """Takes the commitment (`now`: when its frame was received; `lag_s`: the relay's longest event-loop stall
     since the challenge was sent) and draws the rows to open; the open message (None for an llm challenge,
-    which has no opening). Raises ChallengeError."""
-    if ch.roots is not None or ch.token_hash is not None:
+    which has no opening: the token to check is drawn into ch.checked_token). Raises ChallengeError."""
+    if ch.roots is not None or ch.tokens is not None:
         raise ChallengeError("replayed", "this challenge was already committed")
     elapsed = now - ch.sent_at
     allowance = lag_allowance(lag_s, config)
@@ -214,11 +232,9 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
         raise ChallengeError("late", f"committed after {elapsed:.1f} s; the limit is "
                                      f"{config.challenge_commit_timeout_s:g} s")
     if ch.kind == "llm":
-        token_hash = message.get("token_ids_sha256")
-        if not isinstance(token_hash, str) or len(token_hash) != 64 or not all(c in "0123456789abcdef"
-                                                                              for c in token_hash):
-            raise ChallengeError("malformed_commit", "expected token_ids_sha256: 64 lowercase hex digits")
-        ch.token_hash = token_hash
+        ch.tokens = parse_tokens(ch, message)
+        # drawn now, after the tokens arrived: a node cannot know which one is checked when it commits
+        ch.checked_token = rng.randrange(len(ch.tokens))
         ch.commit_s = lag_forgiven(net_time_s(elapsed, ch.rtt_ms, config), allowance, ch.roll_call is not None,
                                config)
         return None
@@ -240,6 +256,18 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
                for _ in range(config.challenge_rows_per_instance)]
     ch.open_sent_at = now
     return {"type": "open", "id": ch.id, "rows": [list(r) for r in ch.rows]}
+
+
+def parse_tokens(ch: Challenge, message: dict[str, Any]) -> list[int]:
+    """A reference-model answer's token ids: 1 to `decode` integers in [0, LLM_VOCAB). Raises ChallengeError."""
+    tokens = message.get("tokens")
+    if tokens is None and "token_ids_sha256" in message:
+        raise ChallengeError("malformed_commit", "expected tokens (the token ids): a token hash is no longer taken, "
+                                                 "since every answer is checked; update ce-bench")
+    if (not isinstance(tokens, list) or not 1 <= len(tokens) <= ch.decode
+            or not all(type(t) is int and 0 <= t < LLM_VOCAB for t in tokens)):
+        raise ChallengeError("malformed_commit", f"expected tokens: 1 to {ch.decode} integers in [0, {LLM_VOCAB})")
+    return list(tokens)
 
 
 def parse_products(ch: Challenge, value: object) -> list[int] | None:

@@ -11,16 +11,16 @@ rows were right that counted nothing: the relay's own roll calls say how often, 
   with (1 - f)^(rows k). A wrong row (not a skipped one) is caught by `challenge_entries_per_row` entries drawn
   after the opening: a row wrong in a fraction g of its entries passes with at most (1 - g)^entries.
 - gpu rows: the same rule on the GPU challenge's rows (web/gpu_challenges.py).
-- llm tokens: one wrong decode step changes the token hash, and the relay recomputes a sampled share of the
-  hashes (roll calls: all of a node's first `roll_call_llm_full_checks`, then `roll_call_llm_check_fraction`;
-  solo: the first, then `challenge_llm_check_fraction`): a node that skipped any work passes one answer with
-  1 - that share, and a cheater discarding caught keys counts at most cheat_gain x its work (web/llm_checks.py).
+- llm tokens: the answer is the token ids, and the relay checks one of every answer, drawn after they arrived
+  (web/llm_checks.py): a node that guessed a fraction f of its tokens instead of computing them passes one
+  answer with 1 - f, so an answer counts in expectation the tokens computed, and no more.
 - links: not sampled. A one-sided, forged or unmeasured sample moves nothing (both ends sign; the landmarks'
   triangle refuses what physics forbids and leaves the rest unconfirmed), so the odds are 0 or 1 by rule.
 
 A sampled check is only as strong as the cost of a new identity: a failed answer flags the identity for
 `trust_flag_hold_s` and a new identity counts nothing before `trust_min_passes` solo challenges and a roll
-call, each checked with the odds above (a newcomer's first roll-call hash checks are never skipped).
+call, each checked with the odds above (the reference model's check is on every answer: no new identity
+escapes it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from web.config import RelayConfig
-from web.llm_checks import cheat_gain
+from web.llm_checks import CHECKED_TOKENS_PER_ANSWER, pass_chance, relay_cost_share
 
 SKIPPED_FRACTIONS = (0.01, 0.1, 0.5)
 
@@ -66,19 +66,17 @@ def odds(config: RelayConfig, after_deadline_rate: dict[str, Any] | None = None)
             "sgemm": row_check,
             "gpu": {**row_check, "catches": "as sgemm, on the GPU challenge's products (the probe's WGSL)"},
             "llm": {
-                "catches": "any decode step not run as the reference model (the token hash differs)",
-                "recomputed_share": {"roll_call": config.roll_call_llm_check_fraction,
-                                     "solo": config.challenge_llm_check_fraction, "first_answer": 1.0,
-                                     "first_roll_call_answers": 1.0},
-                "first_roll_call_answers_recomputed": config.roll_call_llm_full_checks,
-                "fresh_key_cheater_gain": cheat_gain(config),
-                "fresh_key_cheater_gain_rule": "1 + (1 - p) / (p x M): M honest roll-call answers per key, then "
-                                               "random hashes until a check catches it",
-                "pass_chance_one_answer": {
-                    "roll_call": {str(f): 1.0 - config.roll_call_llm_check_fraction for f in SKIPPED_FRACTIONS},
-                    "solo": {str(f): 1.0 - config.challenge_llm_check_fraction for f in SKIPPED_FRACTIONS}},
-                "relay_cost_share": {"roll_call": config.roll_call_llm_check_fraction,
-                                     "solo": config.challenge_llm_check_fraction},
+                "catches": "a token guessed instead of decoded by the reference model (the token at an index "
+                           "drawn after the answer arrived is decoded again after the node's tokens before it)",
+                "checked_tokens_per_answer": CHECKED_TOKENS_PER_ANSWER,
+                "checked_answers_share": 1.0,
+                "pass_chance_one_answer": {str(f): pass_chance(round(f * 1000), 1000) for f in SKIPPED_FRACTIONS},
+                "pass_chance_rule": "1 - f for an answer that guessed a fraction f of its tokens; it counts "
+                                    "its tokens when it passes, nothing when caught: in expectation the tokens "
+                                    "it computed",
+                "relay_cost_share_224_tokens": relay_cost_share(224),
+                "relay_cost_rule": "the prefill of the checked token's sequence up to it (no classifier) and "
+                                   "one forward pass, in multiply-adds over the answer's",
             },
             "links": {
                 "catches": "one-sided or forged samples (both ends sign), RTTs beyond what the landmarks' "

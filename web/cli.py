@@ -32,11 +32,6 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                                 "to its first challenge"),
     "--challenge-interval-unverified": ("challenge_interval_unverified_s", click.FloatRange(0.1),
                                         "mean seconds between challenges of a node not yet verified"),
-    "--challenge-llm-check-fraction": ("challenge_llm_check_fraction", click.FloatRange(0, 1), "share of "
-                                       "reference-model challenges whose token hash the relay recomputes"),
-    "--roll-call-llm-full-checks": ("roll_call_llm_full_checks", click.IntRange(0, 10_000), "roll-call "
-                                    "reference-model answers of a node that are all recomputed before the sampled "
-                                    "share applies"),
     "--gpu-floor-tflops": ("gpu_floor_tflops", click.FloatRange(min=1e-9), "fp32 TFLOP/s a GPU must show at a "
                            "roll call to count as one (a CPU or software rasterizer shows far less)"),
     "--roll-call-interval-s": ("roll_call_interval_s", click.FloatRange(0.1), "mean seconds between roll calls "

@@ -184,10 +184,9 @@ class RelayConfig:
     # CPU itself) its answer would take the SGEMM answer's cores.
     gpu_floor_tflops: float = 0.1
     # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
-    # recomputes the token hash (the same reactor wasm under wasmtime-py: as much CPU as the node spent) on
-    # this fraction of them; a wrong hash, when checked, flags at once.
+    # checks one token of every answer, drawn after it arrived (web/llm_checks.py: a prefill and one pass on
+    # its own reactor); a wrong token flags at once.
     challenge_llm_every: int = 3
-    challenge_llm_check_fraction: float = 0.1
     # Share of a peer relay's passed SGEMM and GPU transcripts this relay re-checks (proofs and entries: ~4 ms
     # of CPU each, measured by bench/capacity.py); the rest are believed on the peer's signature until one
     # check fails, after which all of that peer's are re-checked (web/transcripts.PeerAudit). 1.0 re-checks
@@ -234,15 +233,6 @@ class RelayConfig:
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
     roll_call_min_gap_s: float = 100.0     # > the llm offset + its answers: one roll call at a time
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
-    # A reference-model answer counts only once its token hash was recomputed equal at least once; after
-    # that the relay recomputes this share of them at roll calls (each costs it what the node spent).
-    roll_call_llm_check_fraction: float = 0.25
-    # ...but every one of a node's first roll_call_llm_full_checks roll-call answers is recomputed: a fresh
-    # identity then costs this many honest answers at roll calls (the same moment as every other identity's)
-    # before it can cheat unseen, and a cheater that discards a caught key for a fresh one counts at most
-    # 1 + (1 - p) / (p x M) of the work it does (p the fraction above): 1.1875x at M = 16, p = 0.25
-    # (web/llm_checks.py derives it; tests/test_llm_checks.py runs that cheater).
-    roll_call_llm_full_checks: int = 16
     # The relay's own event-loop lag never counts against a node (web/loop_lag.py: a task wakes every
     # loop_lag_interval_s, s, and records how late it woke). Where the longest stall during an answer's window
     # exceeds loop_lag_allowance_min_s (timer noise is ~1 ms), the answer's timeouts are extended by it, and a

@@ -34,6 +34,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from capsule.challenge import LLM_MAX_TOKENS, LLM_VOCAB
 from capsule.model import LINK_BW_MAX_MBPS, Heartbeat
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError, parse
@@ -42,6 +43,10 @@ MAX_MESSAGE_BYTES = 4096
 # A commitment names one 64-hex-digit root per instance: 64 instances (challenge_max_instances) take ~4.3 KB,
 # which the 4 KiB limit refused, so no 64-instance challenge could ever be answered.
 MAX_COMMIT_BYTES = 8 * 1024
+# A reference-model answer carries its token ids (web/challenges.py): the most a challenge asks, each the largest
+# id, in Python's default separators (~57 KB), plus slack.
+MAX_TOKENS_COMMIT_BYTES = len(json.dumps({"type": "commit", "id": "0" * 16,
+                                          "tokens": [LLM_VOCAB - 1] * LLM_MAX_TOKENS})) + 1024
 # A challenge's opening may be larger (2 rows x 64 instances x 2048 fp32 in base64, plus proofs: 1.64 MB; the
 # 512 KiB once set here refused the opening of every 64-instance challenge at n >= 1024): web/live_guard.py
 # max_opening_bytes, checked with every other frame's size before it is parsed (web/live_guard.py screen).
@@ -222,8 +227,10 @@ def parse_message(text: str | bytes) -> dict[str, Any]:
         raise LiveError("invalid_json", "messages are JSON objects") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise LiveError("invalid_message", "expected an object with a string 'type'")
-    # a commitment, and a peer probe's session description (web/peer_probes.py), may take up to 8 KiB
-    limit = MAX_COMMIT_BYTES if message["type"] in ("commit", "peer_offer", "peer_answer") else MAX_MESSAGE_BYTES
+    # a commitment (token ids: MAX_TOKENS_COMMIT_BYTES), and a peer probe's session description
+    # (web/peer_probes.py), may take up to 8 KiB
+    limit = (MAX_TOKENS_COMMIT_BYTES if message["type"] == "commit" else MAX_COMMIT_BYTES
+             if message["type"] in ("peer_offer", "peer_answer") else MAX_MESSAGE_BYTES)
     if len(text) > limit and message["type"] != "opening":
         raise LiveError("message_too_large", f"{len(text)} bytes; at most {limit}")
     return message

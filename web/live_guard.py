@@ -31,13 +31,14 @@ from capsule import gpu_challenge
 from capsule.challenge import MAX_N, MAX_PRODUCTS, tree_width
 from web.config import RelayConfig
 from web.gpu_challenges import MAX_INSTANCES as GPU_MAX_INSTANCES
-from web.live import MAX_COMMIT_BYTES, MAX_MESSAGE_BYTES, LiveError
+from web.live import MAX_COMMIT_BYTES, MAX_MESSAGE_BYTES, MAX_TOKENS_COMMIT_BYTES, LiveError
 from web.ratelimit import TokenBuckets
 
 HEAD_CHARS = 64  # where a large frame's type must be: {"type": "peer_answer", with room for whitespace
 TYPE_HEAD = re.compile(r'\s*\{\s*"type"\s*:\s*"([A-Za-z_]{1,32})"')
-# a commitment (64 roots: ~4.8 KB) and a peer probe's session description (web/peer_probes.py) take up to 8 KiB
-LARGE_TYPES = {"commit": MAX_COMMIT_BYTES, "peer_offer": MAX_COMMIT_BYTES, "peer_answer": MAX_COMMIT_BYTES}
+# a commitment (64 roots: ~4.8 KB; a reference-model answer's token ids: ~57 KB) and a peer probe's session
+# description (web/peer_probes.py) take up to 8 KiB
+LARGE_TYPES = {"commit": MAX_TOKENS_COMMIT_BYTES, "peer_offer": MAX_COMMIT_BYTES, "peer_answer": MAX_COMMIT_BYTES}
 CHALLENGE_ID_CHARS = 16  # web/challenges.py: a challenge's id is its nonce's first 16 hex digits
 SLACK_BYTES = 1024
 CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 125 bytes with its code
@@ -66,7 +67,7 @@ def max_opening_bytes(config: RelayConfig) -> int:
 
 def max_frame_bytes(config: RelayConfig) -> int:
     """The protocol layer's limit (uvicorn's ws_max_size): nothing legitimate is larger."""
-    return max(max_opening_bytes(config), MAX_COMMIT_BYTES)
+    return max(max_opening_bytes(config), MAX_COMMIT_BYTES, MAX_TOKENS_COMMIT_BYTES)
 
 
 def frame_type(data: str | bytes) -> str | None:

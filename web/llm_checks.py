@@ -1,43 +1,78 @@
-"""Which reference-model answers the relay recomputes, as pure functions (the draw passed in).
+"""How a reference-model answer is checked, and what that bounds, as pure functions.
 
-A token hash is checked by recomputing it: the same decode on the relay's own reactor, as much CPU as the node
-spent. So it is sampled, and a sampled check is only as strong as the cost of a new identity (issue 28: each
-of 10 identities answered its first challenge honestly, then committed random hashes, and a caught one was
-replaced by a fresh key: 9.9x the machine's tokens/s counted).
+An answer is the token ids themselves (web/challenges.py; capsule/kernels/llm_challenge.h). The relay checks
+one token of **every** answer, at an index drawn after the tokens arrived: the prefill of that token's sequence
+up to it (keys and values only, no classifier) and one forward pass on the relay's own reactor. It compares
+the reference model's greedy token with the node's; a different one is `wrong_tokens` (flags at once).
 
-The rule: a node's first `roll_call_llm_full_checks` (M) roll-call answers are all recomputed; after that a
-share p = `roll_call_llm_check_fraction`. Only roll-call answers count towards M: they come at the moment every
-other identity is asked too, so a machine cannot make many identities "trusted" one after another (solo
-challenges can be answered in turn; they are checked on the first and then at `challenge_llm_check_fraction`).
+Why one token of every answer, not a sampled share of whole answers: the earlier rule recomputed a whole token
+hash on a share p of answers (a fresh key's first 16 always). A cheater that discards each caught key still
+counted 1 + (1 - p) / (p x 16) = 1.19x the work it did, and that composed with the deadline's 1.25x to ~1.48x
+(issue 28). Here no answer goes unchecked, so a new identity buys nothing.
 
-The bound (cheat_gain): a cheater's best play is M honest answers, then a random hash at every roll call until
-a check catches it (a wrong hash flags: the key is spent), then a fresh key. Per key that is M answers of real
-work, (1 - p) / p uncounted-but-counted cheats on average before the caught one, and the caught one counting
-nothing. Counted over worked: (M + (1 - p) / p) / M = 1 + (1 - p) / (p x M); 1.1875x at M = 16, p = 0.25
-(without M, a key's one honest answer bought 3 free ones: 4x per identity, as measured).
+The bound (expected_counted): an answer counts the tokens it names (over its time). A token can only be known by
+running its step (the classifier's argmax over a model of random weights); a token not computed is a guess,
+wrong but for 1 in 32,000. If g of an answer's k tokens are guesses, the check draws one of them with chance g / k
+and the answer counts nothing (and the node is flagged); otherwise it counts k. In expectation: k x (1 - g / k) =
+k - g, exactly the tokens computed, and never more, whatever the number of identities, since each answer is
+checked on its own. A guess saves at most one step's work, so per unit of work done a cheater counts at most
+what an honest node counts; with the roll call's deadline (web/rollcall.py shown) at most 1.25x one machine.
+
+The cost: at most one sequence's prefill (32 + 223 positions without the classifier) and one pass per answer,
+whatever its length: measured 35-250 ms in wasmtime on the relay (BENCHMARKS.md), ~10% of a 224-token answer.
 """
 
 from __future__ import annotations
 
-from web.config import RelayConfig
+import random
+
+from capsule.challenge import LLM_PER_SEQ, LLM_PROMPT
+
+CHECKED_TOKENS_PER_ANSWER = 1
+# Multiply-adds of the reference model (capsule/kernels/llm.h shapes: dim 288, hidden 768, 6 layers, vocab
+# 32,000): a full pass runs 6 layers (4 dim^2 + 3 dim hidden each) and the classifier (vocab x dim); a prefill
+# position 5 layers and the last one's keys and values (2 dim^2). Attention over the cache is left out (<8%).
+_LAYER_MACS = 4 * 288 * 288 + 3 * 288 * 768
+FULL_PASS_MACS = 6 * _LAYER_MACS + 32000 * 288
+PREFILL_MACS = 5 * _LAYER_MACS + 2 * 288 * 288
 
 
-def recompute(roll_call: bool, roll_call_checks: int, checks: int, draw: float, config: RelayConfig) -> bool:
-    """Whether the relay recomputes this answer's token hash. roll_call_checks: the node's roll-call answers
-    recomputed equal so far; checks: all its answers recomputed equal; draw: uniform in [0, 1), drawn after
-    the answer arrived (the node cannot know it when it commits)."""
-    if roll_call:
-        if roll_call_checks < config.roll_call_llm_full_checks:
-            return True
-        return draw < config.roll_call_llm_check_fraction
-    if checks == 0:
-        return True
-    return draw < config.challenge_llm_check_fraction
+def draw_checked(tokens: int, rng: random.Random) -> int:
+    """The index of the token the relay checks, uniform over the answer's tokens (drawn after they arrived)."""
+    if tokens < 1:
+        raise ValueError(f"an answer has at least one token; got {tokens}")
+    return rng.randrange(tokens)
 
 
-def cheat_gain(config: RelayConfig) -> float:
-    """The most a cheater that discards caught keys counts per unit of reference-model work it does."""
-    p = config.roll_call_llm_check_fraction
-    if p <= 0:
-        return float("inf")
-    return 1.0 + (1.0 - p) / (p * max(config.roll_call_llm_full_checks, 1))
+def pass_chance(guessed: int, tokens: int) -> float:
+    """The chance an answer with `guessed` of its `tokens` not computed passes its check (a guess is taken to
+    be wrong: it is right 1 in 32,000)."""
+    if not 0 <= guessed <= tokens or tokens < 1:
+        raise ValueError(f"guessed must be in [0, tokens] and tokens >= 1; got {guessed} of {tokens}")
+    return (tokens - guessed) / tokens
+
+
+def expected_counted(guessed: int, tokens: int) -> float:
+    """The tokens an answer counts in expectation: all of them when it passes, none when caught (= tokens
+    computed: the bound of the module docstring)."""
+    return tokens * pass_chance(guessed, tokens)
+
+
+def check_positions(index: int) -> tuple[int, int]:
+    """What checking the token at `index` costs the relay: (prefill positions, full forward passes)."""
+    if index < 0:
+        raise ValueError(f"a token index is >= 0; got {index}")
+    return LLM_PROMPT - 1 + index % LLM_PER_SEQ, 1
+
+
+def relay_cost_share(tokens: int) -> float:
+    """The relay's check over the node's answer, in multiply-adds, averaged over the drawn index: an answer of
+    `tokens` tokens costs the node those passes and each sequence's 31 prefill positions. A machine whose cache
+    holds the layers (not the classifier) does a prefill position cheaper than this model says (measured here:
+    ~1 ms against ~6.6 ms a pass, BENCHMARKS.md), so the share is an upper estimate."""
+    if tokens < 1:
+        raise ValueError(f"an answer has at least one token; got {tokens}")
+    prefill = sum(check_positions(j)[0] for j in range(tokens)) / tokens
+    sequences = -(-tokens // LLM_PER_SEQ)
+    node = tokens * FULL_PASS_MACS + sequences * (LLM_PROMPT - 1) * PREFILL_MACS
+    return (prefill * PREFILL_MACS + FULL_PASS_MACS) / node

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from common.reactor import CapsuleError
 from web.challenges import Challenge, implausible
 from web.config import RelayConfig
 from web.transcripts import PeerAudit, TranscriptError, TranscriptLedger, check_transcript, structure
@@ -27,15 +28,20 @@ class ResultSink(Protocol):
     async def record_remote(self, origin: str, ch: Challenge, transcript: dict[str, Any]) -> None: ...
 
 
+# The reference model's token at an index after the tokens before it (seed, tokens, index): the relay's reactor.
+TokenCheck = Callable[[int, list[int], int], int]
+
+
 class PeerTranscripts:
     def __init__(self, relay_id: str, config: RelayConfig, sink: ResultSink, secret: bytes, rng: random.Random,
-                 audited: Callable[[], None]) -> None:
+                 audited: Callable[[], None], token_check: TokenCheck | None = None) -> None:
         self.relay_id = relay_id
         self.config = config
         self.sink = sink
         self.secret = secret  # the audit draw's key: a peer cannot tell which of its transcripts are re-checked
         self.rng = rng
         self.audited = audited  # counts a re-checked transcript (the relay's metrics)
+        self.token_check = token_check  # re-checks a reference-model answer's checked token (None: not here)
         self.audit = PeerAudit(config.transcript_audit_fraction)
         self.ledger = TranscriptLedger(config.transcript_max_age_s, config.clock_skew_s)
 
@@ -67,6 +73,8 @@ class PeerTranscripts:
         try:
             if self.audit.due(self.secret, origin, transcript):
                 ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
+                if ch.kind == "llm" and passed and self.token_check is not None:
+                    await self._check_token(ch)
                 self.audited()
             else:  # believed on the peer's signature (checked by the caller), once its form holds
                 ch = structure(transcript, self.config)
@@ -81,3 +89,16 @@ class PeerTranscripts:
                           "on", extra={"peer": origin, "error": f"{exc.code}: {exc.detail}"[:200]})
             raise
         return ch
+
+    async def _check_token(self, ch: Challenge) -> None:
+        """The token the peer checked, checked again here (the same index: a peer that passed a guessed token
+        is caught with the chance it drew it, which is the chance the node had of passing)."""
+        if ch.tokens is None or ch.checked_token is None or self.token_check is None:
+            raise TranscriptError("wrong_transcript", "a passed reference-model answer without its tokens")
+        try:
+            expected = await asyncio.to_thread(self.token_check, ch.seeds[0], ch.tokens, ch.checked_token)
+        except CapsuleError as exc:  # this relay's own reactor failed: the peer's word stands
+            log.error("could not re-check a peer's token", extra={"error": str(exc)})
+            return
+        if expected != ch.tokens[ch.checked_token]:
+            raise TranscriptError("wrong_transcript", f"token {ch.checked_token} differs from the reference model's")

@@ -15,7 +15,6 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from capsule.challenge import LLM_PROMPT
 from web.challenges import Challenge, new_challenge, new_llm_challenge
 from web.gpu_challenges import new_gpu_challenge
 from web.rollcall import Proof, RollCall, due, on_time, shown, stop_after_s, work_s
@@ -96,7 +95,7 @@ class RollCaller:
         elif ch.kind == "llm":
             proof = desk.proofs.get(node_id)
             if proof is not None and proof.roll_call == ch.roll_call:
-                proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, self.config) if counts and ch.commit_s else 0.0
+                proof.tps = shown(len(ch.tokens or []), ch.commit_s, self.config) if counts and ch.commit_s else 0.0
         elif ch.kind == "gpu":
             if counts:
                 call.gpu_answered.add(node_id)
@@ -207,10 +206,11 @@ class RollCaller:
             if "llm" not in who.answers or who.challenges:
                 desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
                 continue
-            # asked even where the SGEMM answer missed its deadline: a wrong token hash is caught all the same
-            # (what it shows counts only beside an SGEMM proof of this roll call)
+            # asked even where the SGEMM answer missed its deadline: a wrong token is caught all the same
+            # (what it shows counts only beside an SGEMM proof of this roll call). Sized and stopped as the
+            # SGEMM challenge is: tokens for work_s at the claim, the node commits what it has at stop_after_s.
             ch = new_llm_challenge(node_id, claim.claimed_tps, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
-                                   self.config, self.config.roll_call_target_s)
+                                   self.config, work_s(self.config), stop_after_s(self.config))
             ch.roll_call, ch.issued_at = call.id, now_wall
             planned.append((who, ch))
         call.llm_at = now_wall
@@ -230,10 +230,10 @@ class RollCaller:
             await who.send(text)
         return (time.perf_counter() - first) * 1000
 
-    def on_result(self, ch: Challenge, passed: bool, code: str, observed_tps_counts: bool) -> str:
+    def on_result(self, ch: Challenge, passed: bool, code: str, tokens_checked: bool) -> str:
         """Records a roll-call answer as the node's proof (the desk has recorded its trust already); the
-        verdict the node is told: "counted", "after_deadline", "not_counted_before_a_hash_check" or the
-        failure code."""
+        verdict the node is told: "counted", "after_deadline", "token_not_checked" (the relay's own reactor
+        failed) or the failure code."""
         call = next((c for c in reversed(self.calls) if c.id == ch.roll_call), None)
         if call is None:
             return "roll_call_expired"
@@ -269,13 +269,13 @@ class RollCaller:
                 proof = None  # no SGEMM proof of this roll call: nothing to attach tokens/s to
             if passed and in_time and proof is None:
                 code = "no_sgemm_proof_this_roll_call"
-            if passed and code == "passed" and observed_tps_counts and ch.commit_s is not None:
+            if passed and code == "passed" and tokens_checked and ch.commit_s is not None:
                 call.llm_answered.add(node_id)
                 if proof is not None:
-                    proof.tps = shown(LLM_PROMPT + ch.decode, ch.commit_s, config)
+                    proof.tps = shown(len(ch.tokens or []), ch.commit_s, config)
             else:
-                if passed and code == "passed" and not observed_tps_counts:
-                    code = "not_counted_before_a_hash_check"
+                if passed and code == "passed" and not tokens_checked:
+                    code = "token_not_checked"
                 call.llm_failed[node_id] = code
                 if proof is not None:
                     proof.tps = 0.0

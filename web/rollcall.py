@@ -16,8 +16,8 @@ knows it before the round exists), at `roll_call_delay_s` after the round was is
 
 What a node counts (`proven`): only an answer within the common deadline (on_time), and then the claim capped
 at what the answer showed (shown: observed x trust_cap_factor, at most the work given / the target time);
-never cores (a claim: throughput is proven, not the cores behind it); tokens/s only from a node whose token
-hash the relay recomputed at its first `roll_call_llm_full_checks` roll calls (web/llm_checks.py); GPUs only
+never cores (a claim: throughput is proven, not the cores behind it); tokens/s from the tokens an answer
+committed by the node's stop, once the token the relay drew was checked equal (web/llm_checks.py); GPUs only
 as many as instances it proved, each showing at least `gpu_floor_tflops`, and fp32 TFLOP/s (what the GPU
 challenge measures: the probe's matmul_f32.wgsl) capped at its fp32 claim, counted only with a GPU and only
 beside the SGEMM proof of the same roll call.

@@ -14,8 +14,9 @@ NATS and
   peer's transcripts are all re-checked from then on): every relay re-checking every transcript costs each
   relay the whole network's roll calls (BENCHMARKS.md, "Capacity model");
 - then record the same result into their own trust and, for a roll call, the same proof.
-Reference-model answers carry the token hash and whether the challenging relay recomputed it; recomputing
-it again would cost each relay what the node spent, so that part is the peer's word.
+Reference-model answers carry the token ids, the token the challenging relay checked and whether it did; an
+audited one is checked again at that token (web/peer_transcripts.py: the prefill up to it and one pass, on
+this relay's reactor), the rest is the peer's word.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsule.challenge import ChallengeError, instance_seed
+from capsule.challenge import LLM_MAX_TOKENS, LLM_VOCAB, ChallengeError, instance_seed
 from web.challenges import Challenge, check_opened, parse_opening
 from web.config import RelayConfig
 
@@ -48,8 +49,8 @@ def transcript_body(relay_id: str, ch: Challenge, beacon_value: str, passed: boo
         "instances": len(ch.seeds), "passed": passed, "code": code, "verdict": verdict,
         "commit_s": None if ch.commit_s is None else round(ch.commit_s, 6), "claimed_gflops": ch.claimed_gflops}
     if ch.kind == "llm":
-        challenge.update(decode=ch.decode, token_ids_sha256=ch.token_hash, tokens_checked=tokens_checked,
-                         claimed_tokens_per_sec=ch.claimed_tps)
+        challenge.update(decode=ch.decode, tokens=ch.tokens, checked_token=ch.checked_token,
+                         tokens_checked=tokens_checked, claimed_tokens_per_sec=ch.claimed_tps)
     else:
         challenge.update(n=ch.n, reps=ch.reps, roots=[r.hex() for r in ch.roots or []],
                          rows=[list(r) for r in ch.rows], opened=ch.opened_items or [])
@@ -87,9 +88,16 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
                    float(c.get("claimed_gflops") or 0.0), 0.0, 0.0, kind=kind, roll_call=transcript.get("roll_call"))
     ch.commit_s = float(commit_s) if commit_s is not None else None
     if kind == "llm":
-        ch.decode = _int(c, "decode", 1, 1 << 16)
-        token_hash = c.get("token_ids_sha256")
-        ch.token_hash = token_hash if isinstance(token_hash, str) else None
+        ch.decode = _int(c, "decode", 1, LLM_MAX_TOKENS)
+        tokens = c.get("tokens")
+        if tokens is not None:
+            if (not isinstance(tokens, list) or not 1 <= len(tokens) <= ch.decode
+                    or not all(type(t) is int and 0 <= t < LLM_VOCAB for t in tokens)):
+                raise TranscriptError("invalid_transcript", f"challenge.tokens: 1 to decode ids in [0, {LLM_VOCAB})")
+            ch.tokens = list(tokens)
+            ch.checked_token = _int(c, "checked_token", 0, len(tokens) - 1)
+        elif c.get("passed"):
+            raise TranscriptError("invalid_transcript", "a passed reference-model answer names its tokens")
         return ch
     ch.n, ch.reps = _int(c, "n", 1, 4096), _int(c, "reps", 1, 1 << 20)
     if kind == "sgemm":

@@ -53,8 +53,8 @@ class Trust:
     observed_gpu_tflops: list[float] = field(default_factory=list)  # the same for GPU challenges (fp32 TFLOP/s)
     flagged_until: float = 0.0   # unix time a wrong answer's hold ends (trust_flag_hold_s after it)
     last_pass_at: float | None = None
-    tokens_checked: int = 0      # reference-model answers whose hash the relay recomputed and found equal
-    roll_call_tokens_checked: int = 0  # of those, roll-call answers (web/llm_checks.py: the first M all are)
+    tokens_checked: int = 0      # reference-model answers whose drawn token the relay checked and found equal
+    roll_call_tokens_checked: int = 0  # of those, roll-call answers
     last_wrong_code: str | None = None
 
     def to_state(self) -> dict[str, Any]:
@@ -174,9 +174,10 @@ class Trust:
                          "method": f"best and median of the last {config.trust_observed_kept} challenges: 2 n^3 x "
                                    "instances flop / (commitment received - challenge sent - the session's median "
                                    f"RTT, at most {config.challenge_rtt_share_max:g} of that time), on the "
-                                   "relay's clock; tokens/s likewise: (32 prompt + decode) forward passes of "
-                                   "the reference model / the same window; GPU TFLOP/s likewise: 2 n^3 x "
-                                   "instances flop of the GPU challenge (the probe's fp32 WGSL matmul)",
+                                   "relay's clock; tokens/s likewise: the tokens the answer committed (decoded by "
+                                   "the reference model, one drawn and checked) / the same window; GPU TFLOP/s "
+                                   "likewise: 2 n^3 x instances flop of the GPU challenge (the probe's fp32 WGSL "
+                                   "matmul)",
                          "tokens_per_sec_reason": None if tps else
                          "no reference-model challenge answered yet (only clients that offer 'llm' get them)"},
             "challenges": {"passed": self.passes_total, "failed": self.failures_total, "last_at": self.last_at,

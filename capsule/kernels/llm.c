@@ -180,14 +180,21 @@ static void attention(ce_llm *m, int l, int pos) {
     }
 }
 
-int ce_llm_forward(ce_llm *m, int token, int pos) {
-    if (!m || token < 0 || token >= V || pos < 0 || pos >= S) return -1;
+/* Runs the layers for one token at pos, filling the KV cache. With kv_only, the last layer stops once its keys
+ * and values are cached: a prefill position's own output is never read, only its cache entries are. */
+static void layers(ce_llm *m, int token, int pos, int kv_only) {
     for (int i = 0; i < D; ++i) m->x[i] = m->embedding[(size_t)token * D + i];
     const float *cosv = m->rope_cos + pos * (HS / 2), *sinv = m->rope_sin + pos * (HS / 2);
     for (int l = 0; l < L; ++l) {
         const layer_weights *w = &m->layer[l];
         float *k = m->key_cache + ((size_t)l * S + pos) * D, *v = m->value_cache + ((size_t)l * S + pos) * D;
         rmsnorm(m->xb, m->x, w->rms_att);
+        if (kv_only && l == L - 1) {
+            matvec(k, w->wk, m->xb, D, D);
+            matvec(v, w->wv, m->xb, D, D);
+            rope(k, cosv, sinv);
+            return;
+        }
         matvec(m->q, w->wq, m->xb, D, D);
         matvec(k, w->wk, m->xb, D, D);
         matvec(v, w->wv, m->xb, D, D);
@@ -206,6 +213,17 @@ int ce_llm_forward(ce_llm *m, int token, int pos) {
         matvec(m->xb, w->w2, m->hb, D, H);
         for (int i = 0; i < D; ++i) m->x[i] += m->xb[i];
     }
+}
+
+int ce_llm_prefill(ce_llm *m, int token, int pos) {
+    if (!m || token < 0 || token >= V || pos < 0 || pos >= S) return -1;
+    layers(m, token, pos, 1);
+    return 0;
+}
+
+int ce_llm_forward(ce_llm *m, int token, int pos) {
+    if (!m || token < 0 || token >= V || pos < 0 || pos >= S) return -1;
+    layers(m, token, pos, 0);
     rmsnorm(m->x, m->x, m->rms_final);
     matvec(m->logits, m->embedding, m->x, V, D);
     int best = 0;

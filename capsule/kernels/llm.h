@@ -28,6 +28,11 @@ long ce_llm_param_count(void);
  * and returns the greedy next token (argmax of the logits, lowest id on ties); -1 on a bad argument. */
 int ce_llm_forward(ce_llm *m, int token, int pos);
 
+/* Fills the KV cache for one token at pos without computing its output (no classifier, and the last layer
+ * only as far as its keys and values): a prompt position whose next token is not wanted. 0, or -1 on a bad
+ * argument. */
+int ce_llm_prefill(ce_llm *m, int token, int pos);
+
 /* The logits of the last forward pass (CE_LLM_VOCAB floats). */
 const float *ce_llm_logits(const ce_llm *m);
 

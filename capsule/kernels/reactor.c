@@ -9,6 +9,7 @@
 #include "challenge.h"
 #include "driver.h"
 #include "llm.h"
+#include "llm_challenge.h"
 #include "probe.h"
 #include "log.h"
 #include "sgemm.h"
@@ -113,3 +114,13 @@ EXPORT("ce_challenge_release") void x_challenge_release(void) { ce_challenge_rel
 EXPORT("ce_llm_challenge") int x_llm_challenge(uint32_t seed_lo, uint32_t seed_hi, int decode, char *hex65) {
     return ce_llm_challenge((uint64_t)seed_hi << 32 | seed_lo, decode, hex65);
 }
+
+/* A reference-model challenge token by token (llm_challenge.h): the node's side, then the relay's check. */
+EXPORT("ce_llmc_begin") int x_llmc_begin(uint32_t seed_lo, uint32_t seed_hi) {
+    return ce_llmc_begin((uint64_t)seed_hi << 32 | seed_lo);
+}
+EXPORT("ce_llmc_next") int x_llmc_next(void) { return ce_llmc_next(); }
+EXPORT("ce_llmc_expected") int x_llmc_expected(uint32_t seed_lo, uint32_t seed_hi, const int32_t *tokens, int j) {
+    return ce_llmc_expected((uint64_t)seed_hi << 32 | seed_lo, tokens, j);
+}
+EXPORT("ce_llmc_release") void x_llmc_release(void) { ce_llmc_release(); }
