@@ -233,6 +233,45 @@ class Scoreboard:
     sessions_challenged: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
     proven: ProvenTotals = spec(description="the verified totals of the roll call")
     sig: str = spec(pattern=B64URL_SIG)
+    region: str | None = spec(pattern=r"^[a-z][a-z0-9-]{0,31}$", default=None,
+                              description="the relay's region (web/regions.py): its totals are that region's")
+
+
+@dataclass(frozen=True)
+class TrustState:
+    """A node's trust as a region's relays hold it (web/trust.py Trust), carried to the region it moved to."""
+
+    passed: float = spec(minimum=0, description="decayed count of passed challenges")
+    failed: float = spec(minimum=0, description="decayed failure weight")
+    decayed_at: float = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    passes_total: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
+    failures_total: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
+    last_at: float | None = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    last_code: str | None = spec(max_length=64)
+    observed_gflops: list[float] = spec(unit="GFLOP/s")
+    observed_tps: list[float] = spec(unit="tokens/s")
+    observed_gpu_tflops: list[float] = spec(unit="fp32 TFLOP/s")
+    flagged_until: float = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    last_pass_at: float | None = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
+    tokens_checked: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
+    roll_call_tokens_checked: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
+    last_wrong_code: str | None = spec(max_length=64)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A node's trust passing between regions (web/handoff.py). A relay of the region the node came to asks
+    (`trust` null); a relay of the region it left answers with the trust that region holds, and stops counting
+    the node there. Believed only from relays an operator names as peers."""
+
+    v: int = spec(minimum=1, maximum=1)
+    relay: str = node_id_field("the relay that asks (trust null) or answers")
+    node_id: str = node_id_field("the node that moved")
+    from_region: str = spec(pattern=r"^[a-z][a-z0-9-]{0,31}$", description="the region the node left")
+    to_region: str = spec(pattern=r"^[a-z][a-z0-9-]{0,31}$", description="the region it came to")
+    at: float = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds", description="when its session arrived")
+    trust: TrustState | None = spec(description="the trust the region it left holds (null: the ask)")
+    sig: str = spec(pattern=B64URL_SIG)
 
 
 @dataclass(frozen=True)
@@ -258,4 +297,5 @@ REGISTRY: dict[str, RecordKind] = {
     "Transcript": RecordKind(Transcript, (("sig", "relay"),)),
     "LiveDigest": RecordKind(LiveDigest, (("sig", "relay"),)),
     "Scoreboard": RecordKind(Scoreboard, (("sig", "relay"),)),
+    "Handoff": RecordKind(Handoff, (("sig", "relay"),)),
 }

@@ -157,7 +157,21 @@ def scoreboard(relay: Relay, verified: FabricStats, claimed: FabricStats) -> dic
                         "challenge's WGSL matmul); claimed.gpu_tflops sums what profiles claim (fp16). Figures "
                         "no challenge proves (cores, GPU memory, storage, memory bandwidth) appear only under "
                         "claimed",
-            "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh()}
+            "claimed": {k: v for k, v in claimed_block.items() if k != "mesh"}, "mesh": relay.links.mesh(),
+            **network_block(relay)}
+
+
+def network_block(relay: Relay) -> dict[str, Any]:
+    """With a region (web/regions.py): the network's verified totals, this region's latest finished roll call
+    plus every other region's as its relays signed them; the figures above are this region's."""
+    regions = relay.cluster.regions if relay.cluster is not None else None
+    if regions is None:
+        return {}
+    network = regions.board.network(relay.challenges.roll.last_proven(), time.time())
+    return {"region": regions.region, "network": {
+        **network, "method": "each region's verified totals of its latest finished roll call, signed by its "
+                             "relays (the lowest-id relay of a region that reported it); a region silent for "
+                             "two roll-call gaps counts nothing"}}
 
 
 async def fabric_stats(request: Request) -> Response:
@@ -279,6 +293,10 @@ async def metrics(request: Request) -> Response:
     lag = relay.loop_lag.summary(time.perf_counter())
     gauges["ce_relay_loop_lag_max_seconds"] = lag["max_s"] if lag["max_s"] is not None else -1  # the last 60 s
     gauges["ce_relay_loop_lag_p50_seconds"] = lag["p50_s"] if lag["p50_s"] is not None else -1
+    nc = relay.cluster.nc if relay.cluster is not None else None
+    if nc is not None:  # what crosses the cluster to and from this relay (NATS client counters since connect)
+        for name in ("in_bytes", "out_bytes", "in_msgs", "out_msgs"):
+            gauges[f"ce_relay_nats_{name}"] = int(nc.stats.get(name, 0))
     text = relay.metrics.render(gauges) + "\n".join([
         "# HELP ce_relay_loop_lag_seconds How late the relay's event loop woke a task that sleeps loop_lag_interval_s.",
         "# TYPE ce_relay_loop_lag_seconds histogram", *relay.loop_lag.histogram.render("ce_relay_loop_lag_seconds")])

@@ -33,6 +33,7 @@ from web.challenges import (
     on_commit,
     parse_opening,
 )
+from web.handoff import adopt
 from web.live import LiveError
 from web.peer_transcripts import PeerTranscripts
 from web.roll_caller import STORE_KEY, RollCaller
@@ -334,6 +335,19 @@ class ChallengeDesk:
         self.refresh(ch.node_id, time.time())
         await self._store(ch.node_id, now, {**ch.record(), "passed": passed, "code": code, "relay": origin,
                                             "tokens_checked": bool(c.get("tokens_checked"))})
+
+    async def adopt_trust(self, node_id: str, state: dict[str, Any]) -> None:
+        """The trust another region held for a node that came here (web/handoff.py: a peer's signed answer),
+        kept as this relay's own, stored, and the node's standing recomputed."""
+        now = time.time()
+        self.trust[node_id] = adopt(self.trust.get(node_id), state, self.config.trust_observed_kept)
+        self.refresh(node_id, now)
+        await self.relay.store.write(Store.put_trust_op(node_id, now,
+                                                        json.dumps(self.trust[node_id].to_state()).encode()))
+
+    def moved_away(self, node_id: str) -> None:
+        """The node's home is another region now: it stops counting here (web/handoff.py)."""
+        self._drop_proof(node_id, time.time())
 
     def _llm_expected(self, seed: int, tokens: list[int], j: int) -> int:
         """The reference model's token j of a challenge after the node's tokens before it, by the capsule's own

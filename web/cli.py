@@ -87,6 +87,15 @@ def _multiaddr_option(ctx: click.Context, param: click.Parameter, value: Any) ->
     return value
 
 
+def _region_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from web.regions import check_region
+
+    try:
+        return None if value is None else check_region(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def default_libp2p_listen(host: str) -> str:
     """The libp2p host listens where the HTTP server does (a port of its own the OS picks)."""
     try:
@@ -117,6 +126,12 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
                      help="a reverse proxy whose X-Forwarded-For / X-Forwarded-Proto headers are believed "
                           "(repeatable); without it, proxy headers are ignored and the peer address counts"),
+        click.option("--region", metavar="NAME", callback=_region_option,
+                     help="this relay's region (a-z, 0-9, '-'): digests, link samples and transcripts stay on the "
+                          "region's NATS subjects; the regions' signed totals make the network's scoreboard "
+                          "(docs/cluster.md)"),
+        click.option("--nats-domain", metavar="NAME", help="the JetStream domain of the cluster's buckets (the "
+                     "hub's), when --nats is a leaf node of that hub"),
         click.option("--cluster-peer", "cluster_peers", multiple=True, metavar="RELAY_ID",
                      help="another relay of this NATS cluster (its relay id, 12D3KooW...; repeatable): its roll "
                           "calls, beacon and challenge transcripts are believed once re-checked"),
@@ -139,14 +154,16 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)  # keeps the options declared under this decorator (__click_params__)
     def wrapper(host: str, port: int, data_dir: Path, nats: str | None, nats_user: str | None,
                 nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
-                cluster_peers: tuple[str, ...], public_url: str | None, libp2p_listen: str | None,
+                cluster_peers: tuple[str, ...], region: str | None, nats_domain: str | None,
+                public_url: str | None, libp2p_listen: str | None,
                 libp2p_announce: tuple[str, ...], no_libp2p: bool, **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
                              nats_password_file=nats_password_file, public_url=public_url,
                              libp2p_listen=None if no_libp2p else libp2p_listen or default_libp2p_listen(host),
                              libp2p_announce=libp2p_announce,
-                             trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers), **tunables)
+                             trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers),
+                             region=region, nats_domain=nats_domain, **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 
     command: Callable[..., Any] = wrapper

@@ -26,10 +26,12 @@ from nats.js.errors import Error as JetStreamError
 
 from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
+from web.cluster_regions import Regional
 from web.digests import DigestBook, DigestWriter
 from web.ingest import verify_profile
 from web.links import worth_gossiping
 from web.problems import Problem
+from web.regions import Subjects
 from web.store import Store
 from web.transcripts import TranscriptError
 
@@ -37,11 +39,13 @@ if TYPE_CHECKING:
     from web.relay import Relay
 
 log = logging.getLogger("ce.relay.cluster")
-SUBJECT_PROFILES = "ce.atlas.profiles"
-SUBJECT_DIGESTS = "ce.atlas.live-digests"  # each relay's signed LiveDigest: who is live there (web/digests.py)
-SUBJECT_BEACONS = "ce.relays.beacons"        # every relay's signed rounds: presence, and the leader's draw roll calls
-SUBJECT_TRANSCRIPTS = "ce.trust.transcripts"  # signed challenge transcripts (web/transcripts.py)
-SUBJECT_LINKS = "ce.atlas.links"              # co-signed LinkSamples each relay took (web/links.py)
+# The subjects (web/regions.py Subjects: with a region, digests, links and transcripts are the region's own):
+# profiles; each relay's signed LiveDigest, who is live there (web/digests.py); every relay's signed beacon
+# rounds (presence, and the leader's draw roll calls); signed challenge transcripts (web/transcripts.py);
+# co-signed LinkSamples each relay took (web/links.py); each region's signed roll-call totals.
+FLAT = Subjects.of(None)
+SUBJECT_PROFILES, SUBJECT_DIGESTS, SUBJECT_BEACONS = FLAT.profiles, FLAT.digests, FLAT.beacons
+SUBJECT_TRANSCRIPTS, SUBJECT_LINKS = FLAT.transcripts, FLAT.links
 RESYNC_INTERVAL_S = 1.0
 
 
@@ -59,6 +63,9 @@ class Cluster:
         self._catch_up_needed = asyncio.Event()
         self.peers_seen: dict[str, float] = {}  # peer relay id -> unix time of its latest beacon round
         config = relay.config
+        self.subjects = Subjects.of(config.region)
+        # a region's own part: the other regions' totals, and nodes moving between regions (web/cluster_regions.py)
+        self.regions: Regional | None = None
         self.local: dict[str, tuple[int, float]] = {}  # node id -> (live here since, last heartbeat), unix s
         self.writer = DigestWriter(relay.relay_id, config.digest_full_every, epoch=int(time.time() * 1000),
                                    url=config.public_url)
@@ -71,11 +78,17 @@ class Cluster:
             self.url, name=f"ce-relay-{self.relay.relay_id[-8:]}", connect_timeout=2, reconnect_time_wait=0.5,
             max_reconnect_attempts=-1, allow_reconnect=True, error_cb=self._on_error,
             disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected, **self.auth)
-        await self.nc.subscribe(SUBJECT_PROFILES, cb=self._on_profile_message)
-        await self.nc.subscribe(SUBJECT_DIGESTS, cb=self._on_digest_message)
-        await self.nc.subscribe(SUBJECT_BEACONS, cb=self._on_beacon_message)
-        await self.nc.subscribe(SUBJECT_TRANSCRIPTS, cb=self._on_transcript_message)
-        await self.nc.subscribe(SUBJECT_LINKS, cb=self._on_link_message)
+        subjects = self.subjects
+        await self.nc.subscribe(subjects.profiles, cb=self._on_profile_message)
+        await self.nc.subscribe(subjects.digests, cb=self._on_digest_message)
+        await self.nc.subscribe(subjects.beacons, cb=self._on_beacon_message)
+        await self.nc.subscribe(subjects.transcripts, cb=self._on_transcript_message)
+        await self.nc.subscribe(subjects.links, cb=self._on_link_message)
+        if self.relay.config.region is not None:
+            relay = self.relay
+            self.regions = Regional(self.nc, relay.relay_id, relay.key, relay.config, relay.metrics.cluster_received,
+                                    relay.challenges, self._tasks)
+            await self.regions.start()
         self._catch_up_needed.set()
         self._tasks = [asyncio.create_task(self._sync_loop()), asyncio.create_task(self._digest_loop())]
         if self.relay.beacons.latest is not None:  # issued before NATS was up: peers honour profiles citing it
@@ -102,11 +115,21 @@ class Cluster:
         self._catch_up_needed.set()
 
     async def _kv(self, name: str) -> Any:
-        js = self.nc.jetstream(timeout=5)
+        js = self.nc.jetstream(timeout=5, domain=self.relay.config.nats_domain)
         try:
             return await js.key_value(name)
         except JetStreamError:
             return await js.create_key_value(bucket=name, history=1)
+
+    async def _put(self, kv: Any, key: str, value: bytes) -> None:
+        """A bucket write. Across a leaf connection (nats_domain) it goes to the hub's own prefix, as NATS's Go
+        client does (nats.py writes to `$KV.<bucket>.<key>`, which a hub does not forward from a leaf)."""
+        domain = self.relay.config.nats_domain
+        if domain is None:
+            await kv.put(key, value)
+            return
+        js = self.nc.jetstream(timeout=5, domain=domain)
+        await js.publish(f"$JS.{domain}.API.$KV.{kv._name}.{key}", value)
 
     async def _bucket(self) -> Any:
         if self.kv is None:
@@ -114,8 +137,9 @@ class Cluster:
         return self.kv
 
     async def _links_bucket(self) -> Any:
-        if self.kv_links is None:
-            self.kv_links = await self._kv(f"{self.bucket}-links")
+        if self.kv_links is None:  # a region's samples in a bucket of its own: catch-up reads the region only
+            region = self.relay.config.region
+            self.kv_links = await self._kv(f"{self.bucket}-links" + (f"-{region}" if region else ""))
         return self.kv_links
 
     async def _sync_loop(self) -> None:
@@ -160,14 +184,16 @@ class Cluster:
             await self._publish(node_id, measured_at, bytes(body))
 
     async def _publish(self, node_id: str, measured_at: int, body: bytes) -> None:
-        envelope = json.dumps({"origin": self.relay.relay_id, "body": body.decode()}).encode()
-        kv = await self._bucket()
-        await kv.put(node_id, envelope)
-        await self.nc.publish(SUBJECT_PROFILES, envelope)
+        envelope = json.dumps({"origin": self.relay.relay_id, "region": self.relay.config.region,
+                               "body": body.decode()}).encode()
+        await self._put(await self._bucket(), node_id, envelope)
+        await self.nc.publish(self.subjects.profiles, envelope)
         await self.relay.store.write(Store.mark_synced_op(node_id, measured_at))
 
     def publish_profile(self, node_id: str, measured_at: int, body: bytes) -> None:
         """Called after a local profile is durable; failures leave it unsynced for the resync loop."""
+        if self.regions is not None:
+            self.regions.moves.learn(node_id, self.regions.region, time.time())
         async def publish() -> None:
             with contextlib.suppress(NatsError, JetStreamError, TimeoutError, OSError):  # the resync loop retries
                 await self._publish(node_id, measured_at, body)
@@ -176,7 +202,10 @@ class Cluster:
         self._tasks = [t for t in self._tasks if not t.done()]
 
     def local_heartbeat(self, node_id: str, now: float) -> None:
-        """A heartbeat on one of this relay's sessions: the node is live here (the next digest says so)."""
+        """A heartbeat on one of this relay's sessions: the node is live here (the next digest says so). A node
+        that arrives from another region brings its trust (web/handoff.py)."""
+        if self.regions is not None and node_id not in self.local:
+            self.regions.arrived(node_id, now)
         since = self.local.get(node_id, (int(now), now))[0]
         self.local[node_id] = (since, now)
 
@@ -196,8 +225,12 @@ class Cluster:
             body = self.writer.next(self.live_here(now), now)
             if body is not None:  # a lost publish is a gap the peers see: they wait for the next full digest
                 signed = sign("LiveDigest", body, self.relay.key)
-                await self._safe_publish(SUBJECT_DIGESTS, json.dumps(signed).encode())
+                await self._safe_publish(self.subjects.digests, json.dumps(signed).encode())
                 self.relay.metrics.cluster_sent["digests"] += 1
+
+    def gone(self, node_id: str) -> bool:
+        """Whether the node's home is another region now: it is neither asked nor counted here."""
+        return self.regions is not None and self.regions.moves.gone(node_id)
 
     def alive_peers(self, now: float) -> set[str]:
         fresh = now - 3 * self.relay.config.beacon_interval_s - 2.0
@@ -224,8 +257,8 @@ class Cluster:
             data = json.dumps(sample).encode()
             a, b = sorted((sample["a"], sample["b"]))
             with contextlib.suppress(NatsError, JetStreamError, TimeoutError, OSError):
-                await (await self._links_bucket()).put(f"{a}.{b}", data)
-                await self.nc.publish(SUBJECT_LINKS, data)
+                await self._put(await self._links_bucket(), f"{a}.{b}", data)
+                await self.nc.publish(self.subjects.links, data)
                 self.relay.metrics.cluster_sent["links"] += 1
 
         if self.nc is not None and self.nc.is_connected:
@@ -257,14 +290,15 @@ class Cluster:
 
     def publish_beacon(self, beacon: dict[str, Any]) -> None:
         if self.nc is not None and self.nc.is_connected:
-            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_BEACONS, json.dumps(beacon).encode())))
+            self._tasks.append(asyncio.create_task(self._safe_publish(self.subjects.beacons,
+                                                                      json.dumps(beacon).encode())))
 
     def publish_transcript(self, body: dict[str, Any]) -> None:
         """Signs and publishes a finished challenge's transcript (best effort: a missed one is a roll call
         the other relays do not count for that node, never a wrong count)."""
         if self.nc is not None and self.nc.is_connected:
             signed = sign("Transcript", body, self.relay.key)
-            self._tasks.append(asyncio.create_task(self._safe_publish(SUBJECT_TRANSCRIPTS,
+            self._tasks.append(asyncio.create_task(self._safe_publish(self.subjects.transcripts,
                                                                       json.dumps(signed).encode())))
 
     def leader(self, now: float) -> str:
@@ -341,6 +375,8 @@ class Cluster:
             metrics["own"] += 1
             return 0
         summary = verified.summary
+        if self.regions is not None:
+            self.regions.learn(summary.node_id, envelope.get("region"), float(summary.measured_at))
         stored = self.relay.atlas.nodes.get(summary.node_id)
         if stored is not None and stored.profile.measured_at >= summary.measured_at:
             metrics["not_newer"] += 1

@@ -30,6 +30,14 @@ class RelayConfig:
     # landmarks' own mesh, on which the coordinate fit places every node (web/links.py).
     landmark_mesh_interval_s: float = 60.0
     nats_bucket: str = "ce-atlas"
+    # A cluster that grows by region (web/regions.py, docs/cluster.md "Regions"): this relay's region. Its
+    # liveness digests, link samples and challenge transcripts stay on the region's subjects (NATS forwards
+    # them over a leaf connection only where someone subscribes), and its roll-call totals are published for
+    # the other regions to sum. None: one flat cluster, every subject shared.
+    region: str | None = None
+    # The JetStream domain of the cluster's key-value buckets (the hub's `jetstream { domain: ... }`) when this
+    # relay's nats-server is a leaf node of that hub; None: the server's own JetStream.
+    nats_domain: str | None = None
     # The relay's libp2p host (docs/mesh.md): TCP + Noise + Yamux, identify, ping, gossipsub on the mesh's
     # topics, with the relay's key (PeerId = relay id). Where it listens, a multiaddr: port 0 is one the OS
     # picks, announced at GET /v1/libp2p (give a fixed port where other peers keep the relay in a bootstrap

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common.errors import UserError
 from web.config import RelayConfig
+from web.regions import Subjects
 
 PASSWORD_ENV = "CE_NATS_PASSWORD"
 # What a relay publishes and reads (web/cluster.py's SUBJECT_*; tests/test_nats_auth.py holds them equal).
@@ -72,12 +73,18 @@ def credentials(config: RelayConfig) -> dict[str, str]:
     return {"user": config.nats_user, "password": password}
 
 
-def relay_permissions(bucket: str) -> dict[str, dict[str, list[str]]]:
+def relay_permissions(bucket: str, region: str | None = None) -> dict[str, dict[str, list[str]]]:
     """One relay user's permissions: publish on the relay subjects, the JetStream API calls the key-value
     buckets take (look up, create, watch, read) and the buckets' own subjects; subscribe on the relay
-    subjects and reply inboxes. Nothing else: no stream deletes or purges, no other subjects."""
-    publish = list(RELAY_SUBJECTS)
-    for name in (bucket, f"{bucket}-links"):  # web/cluster.py: the profiles' bucket and the link samples'
+    subjects and reply inboxes. Nothing else: no stream deletes or purges, no other subjects. With a region
+    (web/regions.py): that region's subjects and links bucket, and the regions' scoreboards."""
+    subjects = Subjects.of(region)
+    relay_subjects = list(RELAY_SUBJECTS) if region is None else [
+        subjects.profiles, subjects.digests, subjects.beacons, subjects.transcripts, subjects.links,
+        subjects.scoreboards]
+    publish = list(relay_subjects)
+    links = f"{bucket}-links" + (f"-{region}" if region else "")
+    for name in (bucket, links):  # web/cluster.py: the profiles' bucket and the link samples'
         stream = f"KV_{name}"
         publish += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}",
                     f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>",
@@ -86,7 +93,7 @@ def relay_permissions(bucket: str) -> dict[str, dict[str, list[str]]]:
                     f"$JS.API.STREAM.MSG.GET.{stream}",
                     f"$JS.FC.{stream}.>",  # the watchers' flow-control replies
                     f"$KV.{name}.>"]
-    return {"publish": {"allow": publish}, "subscribe": {"allow": [*RELAY_SUBJECTS, "_INBOX.>"]}}
+    return {"publish": {"allow": publish}, "subscribe": {"allow": [*relay_subjects, "_INBOX.>"]}}
 
 
 def server_config(users: dict[str, str], listen: str, store_dir: Path, bucket: str) -> str:

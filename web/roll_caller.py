@@ -15,8 +15,10 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from capsule.signing import sign
 from web.challenges import Challenge, new_challenge, new_llm_challenge
 from web.gpu_challenges import new_gpu_challenge
+from web.mesh.messages import scoreboard_body
 from web.rollcall import Proof, RollCall, due, on_time, shown, stop_after_s, work_s
 from web.stats import MICRO
 from web.store import Store
@@ -72,8 +74,8 @@ class RollCaller:
             if (who.node_id is None or not who.active or who.node_id in out or entry is None
                     or entry.profile.claimed_gflops is None or who.node_id not in self.desk.relay.atlas.live):
                 continue
-            if cluster is not None and cluster.held_by_lower_relay(who.node_id, now):
-                continue
+            if cluster is not None and (cluster.held_by_lower_relay(who.node_id, now) or cluster.gone(who.node_id)):
+                continue  # asked by a lower relay of its region, or counted in the region it moved to
             out[who.node_id] = who
         return out
 
@@ -299,8 +301,16 @@ class RollCaller:
         mesh = self.desk.relay.mesh
         if mesh is not None:  # the final totals, signed, for any libp2p peer (docs/mesh.md)
             mesh.publish_scoreboard(self.desk.relay.relay_id, call.to_json())
+        cluster = self.desk.relay.cluster
+        if cluster is not None and cluster.regions is not None:  # this region's totals, for the other regions
+            board = {**scoreboard_body(self.desk.relay.relay_id, call.to_json()), "region": cluster.regions.region}
+            cluster.regions.publish_scoreboard(sign("Scoreboard", board, self.desk.relay.key))
         self._spawn(self.desk.relay.store.write(Store.put_history_op(STORE_KEY, call.at, "roll_call", body,
                                                                      self.config.roll_calls_kept)))
+
+    def last_proven(self) -> dict[str, Any] | None:
+        """The final totals of this relay's latest finished roll call (None before one finished)."""
+        return next((dict(c.proven) for c in reversed(self.calls) if c.proven), None)
 
     def totals(self, call: RollCall) -> dict[str, float]:
         atlas = self.desk.relay.atlas
