@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import secrets
 from pathlib import Path
@@ -179,6 +180,7 @@ def test_a_peer_passing_a_guessed_token_is_caught_at_the_token_it_checked(desk_o
     c = genuine["challenge"]
     assert c["tokens_checked"] is True and 0 <= c["checked_token"] < len(c["tokens"]) == c["decode"] == 30
     relay = desk_of(peer, node, 1.0)
+    relay.challenges.peers.config = relay.config = dataclasses.replace(relay.config, transcript_llm_audit_fraction=1.0)
     run(relay.challenges.apply_transcript(sign("Transcript", genuine, peer)))
     assert relay.metrics.transcripts_audited == 1 and relay.challenges.trust[node.node_id].passes_total == 1
 

@@ -61,6 +61,9 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
     "--transcript-audit-fraction": ("transcript_audit_fraction", click.FloatRange(0, 1), "share of peer relays' "
                                     "passed work transcripts this relay re-checks (the rest are believed on the "
                                     "peer's signature until one check fails)"),
+    "--transcript-llm-audit-fraction": ("transcript_llm_audit_fraction", click.FloatRange(0, 1), "share of peer "
+                                        "relays' passed reference-model transcripts whose checked token this "
+                                        "relay checks again (~10% of the node's decode each)"),
     "--digest-full-every": ("digest_full_every", click.IntRange(1, 10_000), "heartbeat intervals between "
                             "the full live digests this relay publishes to its cluster (changes go every interval)"),
     "--stats-history-interval": ("stats_history_interval_s", click.FloatRange(0.1), "seconds between samples "

@@ -201,6 +201,12 @@ class RelayConfig:
     # every one, which costs each relay the whole network's roll calls: ~1.4 cores per relay at 100,000
     # nodes (BENCHMARKS.md, "Capacity model"). Name only relays you run when lowering it.
     transcript_audit_fraction: float = 1.0
+    # Share of a peer's passed reference-model transcripts whose checked token this relay checks again (on its
+    # reactor: 35-250 ms, ~10% of the node's decode, BENCHMARKS.md): one such check is decisive (the peer said
+    # that token was equal), so a peer passing guesses is caught within ~1 / fraction of them, after which all
+    # of its transcripts are re-checked. Separate from the SGEMM share: at 1.0 every relay would pay ~10% of
+    # every node's decode in its region.
+    transcript_llm_audit_fraction: float = 0.05
     # A peer's transcript is taken once (by relay and challenge nonce) and only this soon after its `at`
     # (plus clock_skew_s): a relay publishes it the moment the challenge ends, so anything older is a replay.
     transcript_max_age_s: float = 60.0

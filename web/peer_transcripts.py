@@ -15,7 +15,14 @@ from typing import Any, Protocol
 from common.reactor import CapsuleError
 from web.challenges import Challenge, implausible
 from web.config import RelayConfig
-from web.transcripts import PeerAudit, TranscriptError, TranscriptLedger, check_transcript, structure
+from web.transcripts import (
+    PeerAudit,
+    TranscriptError,
+    TranscriptLedger,
+    audit_drawn,
+    check_transcript,
+    structure,
+)
 
 log = logging.getLogger("ce.challenges")
 
@@ -73,7 +80,10 @@ class PeerTranscripts:
         try:
             if self.audit.due(self.secret, origin, transcript):
                 ch = await asyncio.to_thread(check_transcript, transcript, self.rng, self.config)
-                if ch.kind == "llm" and passed and self.token_check is not None:
+                # a token check costs ~10% of the node's decode: at its own (lower) share, or once caught
+                if ch.kind == "llm" and passed and self.token_check is not None and (
+                        origin in self.audit.caught
+                        or audit_drawn(self.secret, transcript, self.config.transcript_llm_audit_fraction)):
                     await self._check_token(ch)
                 self.audited()
             else:  # believed on the peer's signature (checked by the caller), once its form holds
