@@ -37,6 +37,7 @@ DOCUMENTED: list[tuple[str, float, str, str]] = [
     ("challenge_interval_unverified_s", 60.0, "docs/protocol.md", "then every ~60 s until verified"),
     ("challenge_llm_every", 3, "docs/protocol.md", "Solo challenges (every third a reference-model challenge"),
     ("transcript_audit_fraction", 1.0, "docs/manual.md", "[--transcript-audit-fraction 1]"),
+    ("transcript_llm_audit_fraction", 0.05, "docs/manual.md", "[--transcript-llm-audit-fraction 0.05]"),
     ("transcript_max_age_s", 60.0, "docs/protocol.md", "`transcript_max_age_s` = 60 s"),
     ("roll_call_llm_offset_s", 32.0, "docs/protocol.md", "32 s later"),
     ("loop_lag_interval_s", 0.05, "docs/protocol.md", "`loop_lag_interval_s` (50 ms)"),
