@@ -57,7 +57,6 @@ class Challengee:
     session_id: str
     host: str
     send: Any                                  # async (message: dict) -> None
-    send_now: Any = None                       # (text) -> bool: written at once, without awaiting (or None)
     node_id: str | None = None
     rtt_ms: float | None = None
     challenges: dict[str, Challenge] = field(default_factory=dict)
@@ -188,11 +187,10 @@ class ChallengeDesk:
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str],
-              send_now: Any = None) -> Challengee:
+    def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str]) -> Challengee:
         who = self.sessions.get(session_id)
         if who is None:
-            who = Challengee(session_id, host, send, send_now)
+            who = Challengee(session_id, host, send)
             self._per_host[host] += 1
         who.active = "sgemm" in answers
         # opting out (a hidden tab), or dropping the reference model, stops what depended on it at once

@@ -21,7 +21,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from common.multiaddrs import parse_multiaddrs
 from web.challenge_desk import Challengee
-from web.fast_send import server_protocol, write_now
 from web.links import landmark_sample_due
 from web.live import BW_PROBE_BYTES, MAX_ERRORS, LiveError, Session, parse_message
 from web.live_guard import Refusal, address_key, close_reason, screen
@@ -38,7 +37,6 @@ class Connection:
     challengee: Challengee | None = None  # set once the node said hello (it answers challenges)
     address: str = "unknown"  # what the per-address limits count (web/live_guard.py address_key)
     arrived: float = 0.0  # perf_counter when the frame being handled was received, before it was parsed
-    protocol: Any = None  # the server protocol a roll call writes to directly (web/fast_send.py); False: none
 
     async def send(self, message: dict[str, Any] | str) -> None:
         """Sends from outside the receive loop (the challenge desk; a roll call passes JSON text it encoded
@@ -48,15 +46,6 @@ class Connection:
                 await self.ws.send_text(message)
             else:
                 await self.ws.send_json(message)
-
-    def send_now(self, text: str) -> bool:
-        """A roll call's send without awaiting (web/fast_send.py): True if written; False where only the
-        ordinary path can send (then the caller awaits send())."""
-        if self.protocol is None:
-            self.protocol = server_protocol(self.ws._send) or False
-        written = write_now(self.ws, text, self.protocol or None)
-        self.relay.metrics.roll_call_sends["direct" if written else "asgi"] += 1
-        return written
 
 
 async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
@@ -117,8 +106,7 @@ async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     host = conn.ws.client.host if conn.ws.client else "unknown"
     # without "sgemm" the session opts out (a browser tab that went hidden): no new challenges, though one in
     # flight must still be answered
-    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers),
-                                                  conn.send_now)
+    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers))
     conn.challengee.node_id = conn.session.node_id
     conn.challengee.rtt_ms = conn.session.rtt_median_ms
 

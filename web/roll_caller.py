@@ -221,26 +221,14 @@ class RollCaller:
 
     async def _send_all(self, planned: list[tuple[Challengee, Challenge]]) -> float | None:
         """Sends every planned challenge back to back (all built beforehand, so the sends are all that
-        separates the first from the last); the spread in ms on the relay's clock.
-
-        The spread matters beyond fairness: each answer is timed from its own send, so a machine whose
-        identities were sent s apart has the deadline plus s to answer them all (web/rollcall.py shown: at most
-        (deadline + s) / target of itself). Sessions of one address go back to back (a machine behind one
-        address gets them within microseconds), and each is written to its socket without awaiting where the
-        server allows it (web/fast_send.py): ~24 us a send through the ASGI stack was 242 ms at 10,000."""
+        separates the first from the last); the spread in ms on the relay's clock."""
         if not planned:
             return None
-        planned = sorted(planned, key=lambda p: p[0].host)  # stable: one address's sessions together
         texts = [json.dumps(ch.message(self.config)) for _, ch in planned]  # encoded before the first send
         first = time.perf_counter()
-        slow: list[tuple[Challengee, Challenge, str]] = []
         for (who, ch), text in zip(planned, texts, strict=True):
             ch.sent_at = time.perf_counter()  # each answer is timed from its own send
             who.challenges[ch.id] = ch
-            if who.send_now is None or not who.send_now(text):
-                slow.append((who, ch, text))
-        for who, ch, text in slow:  # sockets the fast path cannot write now (full buffers, another server)
-            ch.sent_at = time.perf_counter()
             await who.send(text)
         return (time.perf_counter() - first) * 1000
 
