@@ -237,3 +237,22 @@ def test_rollcall_records_hold_the_gpu_shown_off_the_listing() -> None:
     """What a GPU answer showed waits on the roll call (gpu_shown) and never appears in GET /v1/roll-calls."""
     call = RollCall("1-x", 1, 5.0, gpu_shown={"n": (1.0, 1)})
     assert "gpu_shown" not in json.dumps(call.to_json())
+
+
+def test_one_addresss_sessions_are_sent_back_to_back(tmp_path: Path) -> None:
+    """Each answer is timed from its own send, so identities sent s apart have the deadline plus s between them:
+    a roll call sends one address's sessions one after another, whatever order they said hello in."""
+    box: dict[str, Any] = {}
+
+    async def script(relay: Relay, desk: ChallengeDesk) -> None:
+        hosts = ["203.0.113.1", "198.51.100.2", "203.0.113.1", "192.0.2.3", "198.51.100.2", "203.0.113.1"]
+        nodes = [Node(desk, f"s{i}", host, {"sgemm"}, None) for i, host in enumerate(hosts)]
+        box.update(nodes=nodes, call=await desk.roll.run(relay.beacons.latest or {}))
+
+    in_relay(tmp_path, script)
+    nodes = box["nodes"]
+    assert all(len(n.sent) == 1 for n in nodes)  # the precondition: every session was challenged
+    order = sorted(nodes, key=lambda n: n.challenge("sgemm").sent_at)
+    hosts = [n.who.host for n in order]
+    runs = [h for i, h in enumerate(hosts) if i == 0 or hosts[i - 1] != h]
+    assert len(runs) == len(set(hosts)) == 3, hosts  # each address in one run of sends

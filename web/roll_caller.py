@@ -221,9 +221,15 @@ class RollCaller:
 
     async def _send_all(self, planned: list[tuple[Challengee, Challenge]]) -> float | None:
         """Sends every planned challenge back to back (all built beforehand, so the sends are all that
-        separates the first from the last); the spread in ms on the relay's clock."""
+        separates the first from the last); the spread in ms on the relay's clock.
+
+        The spread matters beyond fairness: each answer is timed from its own send, so a machine whose
+        identities were sent s apart has the deadline plus s to answer them all (at most (deadline + s) /
+        target of itself). Sessions of one address go back to back, so a machine behind one address gets its
+        challenges within a few sends of each other (docs/protocol.md)."""
         if not planned:
             return None
+        planned = sorted(planned, key=lambda p: p[0].host)  # stable: one address's sessions together
         texts = [json.dumps(ch.message(self.config)) for _, ch in planned]  # encoded before the first send
         first = time.perf_counter()
         for (who, ch), text in zip(planned, texts, strict=True):
