@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,22 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
+def start_all(relays: Sequence[RelayProcess], timeout: float = 30) -> list[RelayProcess]:
+    """Starts relays side by side and waits for every one: a start is mostly its process's imports, which two
+    cores run two at a time (three relays were up in 0.85 s, 1.3 s one after another: 2026-12-06, 2 vCPU).
+    One that fails stops the others and its error is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(relays)) as pool:
+        started = [pool.submit(relay.start, timeout) for relay in relays]
+    failed = [exc for future in started if (exc := future.exception()) is not None]
+    if failed:
+        for relay in relays:
+            relay.stop()
+        raise failed[0]
+    return list(relays)
+
+
 class RelayProcess:
     def __init__(self, data_dir: Path, *extra: str, port: int | None = None) -> None:
         self.data_dir = data_dir
@@ -75,7 +92,7 @@ class RelayProcess:
             try:
                 beacon = json.loads(urllib.request.urlopen(self.url + "/beacon", timeout=1).read())
             except (OSError, ValueError):
-                time.sleep(0.1)
+                time.sleep(0.02)  # a refused connect costs nothing; 0.1 s added 0.05 s to every start on average
                 continue
             ours = {load_or_create(path).node_id for path in self.data_dir.rglob("relay.key")}
             if beacon.get("relay") not in ours:  # another server answers on this port: never test against it
@@ -114,6 +131,16 @@ class RelayProcess:
         except urllib.error.HTTPError as exc:
             body = exc.read()
             return exc.code, json.loads(body) if body else None, dict(exc.headers)
+
+    def libp2p(self, timeout: float = 30) -> tuple[int, Any]:
+        """GET /v1/libp2p once the relay's libp2p host listens or failed to: it comes up beside the relay, which
+        answers 503 libp2p_starting meanwhile (web/relay.py)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body, _ = self.get("/v1/libp2p")
+            if status != 503 or (body or {}).get("code") != "libp2p_starting" or time.monotonic() > deadline:
+                return status, body
+            time.sleep(0.05)
 
     def post(self, path: str, data: bytes | dict[str, Any]) -> tuple[int, Any]:
         raw = data if isinstance(data, bytes) else json.dumps(data).encode()

@@ -19,7 +19,7 @@ from common.keys import NodeKey, load_or_create
 from fabric.graph import FabricMap
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
-from tests.relay_process import CLI, RelayProcess, free_port
+from tests.relay_process import CLI, RelayProcess, free_port, start_all
 from tests.test_links import link, register
 from tests.test_proven import until
 
@@ -75,7 +75,7 @@ def test_one_graph_on_every_relay_judged_by_every_landmark(
     coordinates."""
     _, relays, keys = cluster
     a, b, c = relays
-    a.start(), b.start()
+    start_all([a, b])
     x, y = register(a), register(a)
     z = register(b)
     until("profiles everywhere", 30, lambda: all(r.get(f"/v1/nodes/{k.node_id}")[0] == 200
@@ -142,8 +142,7 @@ def test_landmark_probes_measure_a_node_from_every_relay(
     from host_runner.landmarks import ProbeError, landmarks, probe
 
     _, relays, keys = cluster
-    for r in relays:
-        r.start()
+    start_all(relays)
     a, b, c = relays
     listed = until("B lists the others' URLs (their digests announce them)", 20, lambda: len(landmarks(b.url)) == 2
                    and landmarks(b.url))
@@ -211,8 +210,7 @@ def test_a_browser_is_measured_by_the_landmarks_too(
     from tests.test_browser import CPU_ONLY, join
 
     _, relays, keys = cluster
-    for r in relays:
-        r.start()
+    start_all(relays)
     b = relays[1]
     until("B lists the others' URLs", 20, lambda: len(landmarks(b.url)) == 2)
     server_key = register(b)
@@ -266,8 +264,7 @@ def test_sessions_move_to_another_relay_when_theirs_dies(
     on the others, and the nodes are online there within 15 s (docs/manual.md: ~3 s here; the bound allows a
     reconnect wait of up to 1.5 s and the new relay's first RTT sample on a busy machine)."""
     _, relays, keys = cluster
-    for r in relays:
-        r.start()
+    start_all(relays)
     a = relays[0]
     until("A lists the others' URLs", 20, lambda: len(a.get("/v1/relays")[1]["relays"]) == 3
           and all(row["url"] for row in a.get("/v1/relays")[1]["relays"]))

@@ -32,7 +32,7 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.failover_fleet import Fleet
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess, free_port
+from tests.relay_process import RelayProcess, free_port, start_all
 from tests.test_proven import until
 from tests.threaded import in_thread
 
@@ -60,11 +60,10 @@ def cluster(tmp_path: Path) -> Iterator[list[RelayProcess]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(3)]  # ids known before they start
     with NatsProcess(tmp_path / "nats") as nats:
         ports = [free_port() for _ in range(3)]
-        relays = [RelayProcess(tmp_path / f"r{i}", *OPTIONS, "--nats", nats.url,
-                               "--public-url", f"http://127.0.0.1:{ports[i]}",
-                               *[arg for j in range(3) if j != i for arg in ("--cluster-peer", keys[j].node_id)],
-                               port=ports[i]).start()
-                  for i in range(3)]
+        peers = [[arg for j in range(3) if j != i for arg in ("--cluster-peer", keys[j].node_id)] for i in range(3)]
+        relays = start_all([RelayProcess(tmp_path / f"r{i}", *OPTIONS, "--nats", nats.url,
+                                         "--public-url", f"http://127.0.0.1:{ports[i]}", *peers[i], port=ports[i])
+                            for i in range(3)])
         try:
             yield relays
         finally:

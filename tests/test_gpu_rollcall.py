@@ -44,10 +44,12 @@ from web.transcripts import TranscriptError, check_transcript, transcript_body
 # run alone (tests/conftest.py): roll-call answers within a common deadline
 pytestmark = pytest.mark.alone
 
-# a roll call every 9 s (beacon rounds every 1 s): SGEMM and GPU at 0, the reference model at 3 s (each phase's
-# answers are due 1.25 s after it starts)
+# a roll call every 6 s (beacon rounds every 1 s): SGEMM and GPU at 0, the reference model at 3 s (each phase's
+# answers are due 1.25 s after it starts), then 1.75 s of nothing before the next, as tests/test_proven.py and
+# tests/test_flood.py leave. (It was 9 s while the GPU had a phase of its own at 5 s; the GPU answers at the
+# SGEMM's moment since, and the 3 s more were only waited out, ~7 times in this module.)
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
-        "--beacon-interval", "1", "--roll-call-interval-s", "9", "--roll-call-min-gap-s", "9",
+        "--beacon-interval", "1", "--roll-call-interval-s", "6", "--roll-call-min-gap-s", "6",
         "--roll-call-llm-offset-s", "3", "--roll-call-target-s", "1",
         # lavapipe stands in for a GPU here: the default floor (0.1 fp32 TFLOP/s per GPU) counts no software
         # adapter (tests/test_numbers.py), so this relay's floor is below what it shows (~0.0002 at 0.6)

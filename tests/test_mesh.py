@@ -105,7 +105,7 @@ def run_js(script: Path, *args: str, timeout_s: float = 60) -> list[dict[str, An
 
 
 def mesh_address(relay: RelayProcess) -> str:
-    status, info, _ = relay.get("/v1/libp2p")
+    status, info = relay.libp2p()
     assert status == 200, info
     return str(next(a for a in info["multiaddrs"] if a.startswith("/ip4/127.0.0.1/")))
 

@@ -384,7 +384,7 @@ def test_a_relay_off_the_mesh_says_so(relay_off_mesh: RelayProcess) -> None:
 
 def test_a_relay_on_the_mesh_is_its_own_peer(relay: RelayProcess) -> None:
     relay_id = relay.get("/beacon")[1]["relay"]
-    status, body, _ = relay.get("/v1/libp2p")
+    status, body = relay.libp2p()
     assert status == 200 and body["peer_id"] == relay_id
     assert body["multiaddrs"] and all(m.endswith(f"/p2p/{relay_id}") for m in body["multiaddrs"])
     assert all(multiaddr_problem(m, peer_id=relay_id) is None for m in body["multiaddrs"]), body["multiaddrs"]
@@ -458,6 +458,67 @@ def test_a_relay_whose_libp2p_port_is_taken_serves_on_and_says_why(tmp_path: Pat
         port = taken.getsockname()[1]
         with RelayProcess(tmp_path / "relay", "--libp2p-listen", f"/ip4/127.0.0.1/tcp/{port}") as relay:
             assert relay.get("/beacon")[0] == 200
-            status, body, _ = relay.get("/v1/libp2p")
+            status, body = relay.libp2p()
             assert status == 503 and body["code"] == "libp2p_failed", body
             assert str(port) in body["detail"], body
+
+
+def test_a_relay_serves_while_its_libp2p_host_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host comes up beside the relay (web/relay.py): HTTP serves at once, and until the host listens GET
+    /v1/libp2p answers 503 libp2p_starting with a Retry-After, then the host's 200. Held here by a gate, so the
+    starting state is seen for certain; a relay stopped meanwhile lets the host finish and stops it."""
+    import asyncio
+    import threading
+
+    import httpx
+
+    from web.app import create_app
+    from web.config import RelayConfig
+    from web.mesh.relay_mesh import RelayMesh
+
+    gate = threading.Event()
+    real_start = RelayMesh.start
+
+    async def held_start(self: RelayMesh) -> None:
+        await asyncio.to_thread(gate.wait, 30)
+        await real_start(self)
+
+    monkeypatch.setattr(RelayMesh, "start", held_start)
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response, httpx.Response, Any]:
+        app = create_app(RelayConfig(data_dir=tmp_path / "relay"))
+        relay = app.state.relay
+        await relay.start()
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://relay") as client:
+                served = await client.get("/beacon")
+                starting = await client.get("/v1/libp2p")
+                gate.set()
+                await asyncio.wait_for(asyncio.shield(relay.mesh_starting), 30)
+                up = await client.get("/v1/libp2p")
+        finally:
+            gate.set()
+            await relay.stop()
+        return served, starting, up, relay
+
+    served, starting, up, relay = asyncio.run(scenario())
+    assert served.status_code == 200
+    assert starting.status_code == 503 and starting.headers["content-type"] == "application/problem+json"
+    body = starting.json()
+    assert body["code"] == "libp2p_starting" and body["title"] and "again" in body["detail"], body
+    assert starting.headers["retry-after"] == "1"
+    assert up.status_code == 200 and up.json()["peer_id"] == relay.relay_id, up.text
+    assert not relay.mesh.host._thread.is_alive()  # stopped with the relay
+
+    gate.clear()  # stopped while the host still starts: the relay waits for it, then stops it
+
+    async def stopped_early() -> Any:
+        relay = create_app(RelayConfig(data_dir=tmp_path / "relay2")).state.relay
+        await relay.start()
+        asyncio.get_running_loop().call_later(0.2, gate.set)
+        await relay.stop()
+        return relay
+
+    relay = asyncio.run(stopped_early())
+    assert relay.mesh is not None and relay.mesh_error is None and not relay.mesh.host._thread.is_alive()

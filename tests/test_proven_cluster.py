@@ -20,7 +20,7 @@ from capsule.signing import sign
 from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess
+from tests.relay_process import RelayProcess, start_all
 from tests.test_proven import (
     HONEST_SHARE,
     SHARED_SGEMM,
@@ -48,8 +48,8 @@ def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
 def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(2)]  # ids known before they start
     with NatsProcess(tmp_path / "nats") as nats:
-        relays = [RelayProcess(tmp_path / f"r{i}", *SHARED_SGEMM, "--nats", nats.url, "--ip-rate", "1000",
-                               "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]
+        relays = start_all([RelayProcess(tmp_path / f"r{i}", *SHARED_SGEMM, "--nats", nats.url, "--ip-rate", "1000",
+                                         "--cluster-peer", keys[1 - i].node_id) for i in range(2)])
         try:
             yield nats, relays, keys
         finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess
+from tests.relay_process import RelayProcess, start_all
 from tests.samples import sample_profile
 
 # run alone (tests/conftest.py): heartbeats and digests cross the cluster within set times
@@ -31,8 +31,8 @@ def serves(relay: RelayProcess, node_id: str, measured_at: int | None = None) ->
 
 def test_three_relays_share_one_atlas(tmp_path: Path) -> None:
     nats = NatsProcess(tmp_path / "nats", users=[f"relay-{i}" for i in range(3)]).start()
-    relays = [RelayProcess(tmp_path / f"r{i}", *nats.relay_args(f"relay-{i}"), "--ip-rate", "1000").start()
-              for i in range(3)]
+    relays = start_all([RelayProcess(tmp_path / f"r{i}", *nats.relay_args(f"relay-{i}"), "--ip-rate", "1000")
+                        for i in range(3)])
     a, b, c = relays
     try:
         _, beacon, _ = a.get("/beacon")

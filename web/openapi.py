@@ -113,7 +113,8 @@ def document() -> dict[str, Any]:
                     "peer_id": {"type": "string"}, "multiaddrs": {"type": "array", "items": {"type": "string"}},
                     "topics": {"type": "object"}}}),
                     "404": problem("the relay runs no libp2p host (--no-libp2p)"),
-                    "503": problem("the relay's libp2p host did not start (the reason; the relay serves on)")}}},
+                    "503": problem("the relay's libp2p host did not start (libp2p_failed, with the reason; the "
+                                   "relay serves on), or is still starting (libp2p_starting, with Retry-After)")}}},
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},

@@ -59,8 +59,9 @@ class Relay:
         # once put 200 ms on the heartbeat acks of a 100-session relay)
         self.bw_probe_budget = TokenBuckets(config.bw_probes_per_s, 1)
         self.cluster: Any = None  # web.cluster.Cluster when --nats is given
-        self.mesh: Any = None  # web.mesh.relay_mesh.RelayMesh unless --no-libp2p
+        self.mesh: Any = None  # web.mesh.relay_mesh.RelayMesh once its host listens (none with --no-libp2p)
         self.mesh_error: str | None = None  # why the libp2p host did not start, if it did not
+        self.mesh_starting: asyncio.Task[None] | None = None  # the host coming up beside the relay (start())
         self.multiaddrs: dict[str, list[str]] = {}  # node id -> the libp2p multiaddrs its live session announced
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
@@ -116,34 +117,47 @@ class Relay:
             self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket, credentials(self.config))
             await self.cluster.start()
         if self.config.libp2p_listen:
-            await self._start_mesh()
+            # in the background: the relay serves at once. Importing py-libp2p and listening took ~0.45 s of
+            # every relay's start (0.86 s to the first answer, 0.41 s without a host; 2026-12-06, 2 vCPU), and
+            # nothing HTTP serves needs the host. Until it listens the relay is as one off the mesh (nothing is
+            # published, nothing taken) and GET /v1/libp2p answers 503 libp2p_starting.
+            self.mesh_starting = asyncio.create_task(self._start_mesh())
         log.info("relay started", extra={"relay": self.relay_id, "profiles_loaded": loaded,
                                          "store": self.store.durability(),
                                          "beacon_round": self.beacons.latest and self.beacons.latest["round"]})
 
     async def _start_mesh(self) -> None:
-        """The relay's libp2p host (docs/mesh.md). One that cannot start (its port taken, the library missing)
-        is logged and said at GET /v1/libp2p; the relay serves on without the mesh."""
-        from common.libp2p_host import Libp2pError
+        """The relay's libp2p host (docs/mesh.md), `self.mesh` once it listens. One that cannot start (its port
+        taken, the library missing) is logged and said at GET /v1/libp2p; the relay serves on without the mesh."""
+        from common.libp2p_host import Libp2pError  # neither imports py-libp2p: the host's thread does
         from web.mesh.relay_mesh import RelayMesh
 
-        listen = self.config.libp2p_listen or ""
-        self.mesh = RelayMesh(self.key.seed, listen, self.config.libp2p_announce, self.key,
-                              lambda body: self.post_profile(body, from_mesh=True),
-                              lambda body, now: self.add_link(body, now, from_mesh=True),
-                              lambda sent, sample: worth_gossiping(sent, sample, self.config),
-                              intake_rate_per_s=self.config.ip_rate_per_s, intake_burst=self.config.ip_burst)
         try:
-            await self.mesh.start()
+            listen = self.config.libp2p_listen or ""
+            mesh = RelayMesh(self.key.seed, listen, self.config.libp2p_announce, self.key,
+                             lambda body: self.post_profile(body, from_mesh=True),
+                             lambda body, now: self.add_link(body, now, from_mesh=True),
+                             lambda sent, sample: worth_gossiping(sent, sample, self.config),
+                             intake_rate_per_s=self.config.ip_rate_per_s, intake_burst=self.config.ip_burst)
+            await mesh.start()
         except Libp2pError as exc:
             log.error("no libp2p host: the relay is not on the mesh", extra={"error": str(exc)})
-            self.mesh, self.mesh_error = None, str(exc)
+            self.mesh_error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - started in the background, a bug must still be said, not lost
+            log.exception("no libp2p host: the relay is not on the mesh")
+            self.mesh_error = f"{type(exc).__name__}: {exc}"
+        else:
+            self.mesh = mesh
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.mesh_starting is not None:
+            # a host still coming up is let finish and then stopped: its thread cannot be cancelled, and left
+            # behind it would listen on in this process (an in-process relay of the tests)
+            await self.mesh_starting
         if self.mesh is not None:
             await self.mesh.stop()
         self.verifier.close()
