@@ -258,7 +258,7 @@ def test_an_llm_commitment_is_1_to_decode_token_ids_in_the_vocabulary() -> None:
                        {"tokens": bad}, SENT + 0.5)
         assert llm.tokens is None and llm.checked_token is None and llm.commit_s is None
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
-    commit_refusal("malformed_commit", "a token hash is no longer taken", llm, {"token_ids_sha256": "ab" * 32},
+    commit_refusal("outdated_client", "a token hash is no longer taken", llm, {"token_ids_sha256": "ab" * 32},
                    SENT + 0.5)
     for good in ([0], [31999] * 50):
         llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)

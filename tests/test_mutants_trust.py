@@ -42,6 +42,12 @@ def test_failure_weights_and_the_codes_that_are_lies() -> None:
     assert failure_weight("late", C) == C.trust_soft_failure_weight < 1.0
     assert {"wrong_proof", "wrong_rows", "wrong_tokens", "implausible_observation"} <= WRONG_ANSWER_CODES
     assert "late" not in WRONG_ANSWER_CODES and "after_deadline" not in WRONG_ANSWER_CODES
+    # an old client's token hash: nothing proven, nothing held against the node, however many
+    t = Trust(decayed_at=0.0)
+    for i in range(10):
+        t.record(False, "outdated_client", None, float(i), C)
+    assert failure_weight("outdated_client", C) == 0.0 and t.failed == 0.0 and t.failures_total == 10
+    assert t.judge(None, 10.0, C)[0] != "flagged" and t.flagged_until == 0.0
 
 
 def test_record_counts_keeps_the_last_figures_and_ignores_non_finite_ones() -> None:

@@ -262,8 +262,8 @@ def parse_tokens(ch: Challenge, message: dict[str, Any]) -> list[int]:
     """A reference-model answer's token ids: 1 to `decode` integers in [0, LLM_VOCAB). Raises ChallengeError."""
     tokens = message.get("tokens")
     if tokens is None and "token_ids_sha256" in message:
-        raise ChallengeError("malformed_commit", "expected tokens (the token ids): a token hash is no longer taken, "
-                                                 "since every answer is checked; update ce-bench")
+        raise ChallengeError("outdated_client", "expected tokens (the token ids): a token hash is no longer "
+                                                "taken, since every answer is checked; update ce-bench")
     if (not isinstance(tokens, list) or not 1 <= len(tokens) <= ch.decode
             or not all(type(t) is int and 0 <= t < LLM_VOCAB for t in tokens)):
         raise ChallengeError("malformed_commit", f"expected tokens: 1 to {ch.decode} integers in [0, {LLM_VOCAB})")

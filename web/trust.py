@@ -35,7 +35,14 @@ WRONG_ANSWER_CODES = frozenset({"wrong_proof", "wrong_rows", "wrong_tokens", "ma
                                 "implausible_observation"})
 
 
+# A client of an older protocol (a reference-model token hash, web/challenges.py parse_tokens): it proves
+# nothing, but says nothing against the node either, so an operator who has not updated is not flagged for it.
+NO_WEIGHT_CODES = frozenset({"outdated_client"})
+
+
 def failure_weight(code: str, config: RelayConfig) -> float:
+    if code in NO_WEIGHT_CODES:
+        return 0.0
     return 1.0 if code in WRONG_ANSWER_CODES else config.trust_soft_failure_weight
 
 
