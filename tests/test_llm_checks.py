@@ -135,3 +135,15 @@ def test_the_real_model_passes_honest_tokens_and_catches_a_guess(reactors: tuple
         relay.llm_expected(seed, [32000, 1], 1)
     with pytest.raises(ValueError):
         relay.llm_expected(seed, tokens, 230)
+
+
+def test_the_relays_draws_come_from_the_os(tmp_path: Path) -> None:
+    """The rows a relay opens and the token it checks are drawn after the answer, from the OS's entropy: every
+    open message reveals draws, and a seeded Mersenne Twister's state can be rebuilt from enough of them."""
+    from web.relay import Relay
+
+    relay = Relay(RelayConfig(data_dir=tmp_path / "relay"))
+    try:
+        assert isinstance(relay.challenges.rng, random.SystemRandom)
+    finally:
+        relay.store.close()

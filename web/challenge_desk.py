@@ -79,7 +79,9 @@ class ChallengeDesk:
         self._per_host: dict[str, int] = defaultdict(int)  # sessions that said hello, per host
         self.trust: dict[str, Trust] = {}
         self._statuses: dict[str, str] = {}    # the status each node was last shown with
-        self.rng = random.Random(secrets.randbits(64))
+        # the rows to open and the token to check, drawn from the OS's entropy: every open message reveals draws,
+        # and a Mersenne Twister's state can be rebuilt from enough of them (then the next rows are known)
+        self.rng: random.Random = random.SystemRandom()
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
