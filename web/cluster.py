@@ -87,7 +87,7 @@ class Cluster:
         if self.relay.config.region is not None:
             relay = self.relay
             self.regions = Regional(self.nc, relay.relay_id, relay.key, relay.config, relay.metrics.cluster_received,
-                                    relay.challenges, self._tasks)
+                                    relay.challenges)
             await self.regions.start()
         self._catch_up_needed.set()
         self._tasks = [asyncio.create_task(self._sync_loop()), asyncio.create_task(self._digest_loop())]
@@ -97,6 +97,8 @@ class Cluster:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.regions is not None:
+            self.regions.stop()
         if self.nc is not None:
             with contextlib.suppress(TimeoutError, NatsError):
                 await asyncio.wait_for(self.nc.close(), timeout=5)

@@ -37,15 +37,15 @@ class TrustDesk(Protocol):
 
 
 class Regional:
-    def __init__(self, nc: Any, relay_id: str, key: NodeKey, config: RelayConfig, metrics: Any, desk: TrustDesk,
-                 tasks: list[asyncio.Task[None]]) -> None:
+    def __init__(self, nc: Any, relay_id: str, key: NodeKey, config: RelayConfig, metrics: Any,
+                 desk: TrustDesk) -> None:
         if config.region is None:
             raise ValueError("a relay without a region has no regional part")
         self.nc, self.relay_id, self.key, self.config = nc, relay_id, key, config
         self.region = config.region
         self.metrics = metrics  # Counter of records received, by outcome (the relay's cluster_received)
         self.desk = desk
-        self.tasks = tasks      # the cluster's background tasks (cancelled when it stops)
+        self.tasks: set[asyncio.Task[None]] = set()  # publications and asks in flight (cancelled by stop())
         self.subjects = Subjects.of(config.region)
         # a region whose relays fell silent for two roll-call gaps counts nothing
         self.board = RegionBoard(config.region, 2 * max(config.roll_call_interval_s, config.roll_call_min_gap_s))
@@ -56,8 +56,13 @@ class Regional:
         await self.nc.subscribe(handoff.subject(self.region), cb=self._on_ask)
 
     def _spawn(self, coroutine: Any) -> None:
-        self.tasks.append(asyncio.create_task(coroutine))
-        self.tasks[:] = [t for t in self.tasks if not t.done()]
+        task = asyncio.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def stop(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
 
     # --- totals ---
 
