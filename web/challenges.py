@@ -55,6 +55,7 @@ from capsule.challenge import (
     tokens_for,
 )
 from web.config import RelayConfig
+from web.llm_checks import draw_checked
 from web.loop_lag import lag_allowance, lag_forgiven
 
 
@@ -234,7 +235,7 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
     if ch.kind == "llm":
         ch.tokens = parse_tokens(ch, message)
         # drawn now, after the tokens arrived: a node cannot know which one is checked when it commits
-        ch.checked_token = rng.randrange(len(ch.tokens))
+        ch.checked_token = draw_checked(len(ch.tokens), rng)
         ch.commit_s = lag_forgiven(net_time_s(elapsed, ch.rtt_ms, config), allowance, ch.roll_call is not None,
                                config)
         return None
