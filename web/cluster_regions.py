@@ -64,6 +64,16 @@ class Regional:
         for task in list(self.tasks):
             task.cancel()
 
+    def _signed(self, data: bytes, kind: str) -> dict[str, Any] | None:
+        """A signed record of `kind` from NATS, or None (counted invalid) when it is not one."""
+        try:
+            record = json.loads(data)
+            verify_record(kind, record)
+        except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
+            self.metrics["invalid"] += 1
+            return None
+        return record if isinstance(record, dict) else None
+
     # --- totals ---
 
     def publish_scoreboard(self, signed: dict[str, Any]) -> None:
@@ -76,11 +86,8 @@ class Regional:
             await self.nc.publish(subject, data)
 
     async def _on_scoreboard(self, msg: Any) -> None:
-        try:
-            board = json.loads(msg.data)
-            verify_record("Scoreboard", board)
-        except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
-            self.metrics["invalid"] += 1
+        board = self._signed(msg.data, "Scoreboard")
+        if board is None:
             return
         relay, region = str(board["relay"]), board.get("region")
         if relay == self.relay_id:
@@ -127,11 +134,8 @@ class Regional:
     async def _on_ask(self, msg: Any) -> None:
         """A relay of another region holds a node whose home was here: the node stops counting here, and this
         relay answers with the trust it holds."""
-        try:
-            ask = json.loads(msg.data)
-            verify_record("Handoff", ask)
-        except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
-            self.metrics["invalid"] += 1
+        ask = self._signed(msg.data, "Handoff")
+        if ask is None:
             return
         to_region = str(ask["to_region"])
         if (ask["relay"] not in self.config.cluster_peers or ask.get("trust") is not None
