@@ -46,8 +46,8 @@ class Node:
             profile["gpus"] = []
         else:
             profile["gpus"][0]["fp32_tflops"] = gpu_tflops
-        desk.relay.atlas.put(ProfileSummary.of_profile(profile), desk.relay.relay_id, time.time())
-        desk.relay.atlas.heartbeat(key.node_id, time.time())
+        desk.core.atlas.put(ProfileSummary.of_profile(profile), desk.core.relay_id, time.time())
+        desk.core.atlas.heartbeat(key.node_id, time.time())
         self.node_id = key.node_id
         self.sent: list[dict[str, Any]] = []
         self.who: Challengee = desk.hello(name, host, self.send, frozenset(answers))
@@ -90,7 +90,7 @@ def in_relay(tmp_path: Path, script: Callable[[Relay, ChallengeDesk], Awaitable[
 
 
 def counted_gpu(desk: ChallengeDesk, node_id: str) -> tuple[int, float]:
-    verified = desk.relay.atlas.nodes[node_id].verified
+    verified = desk.core.atlas.nodes[node_id].verified
     return verified.gpus, verified.gpu_utflops / MICRO
 
 
@@ -141,7 +141,7 @@ def test_the_gpu_counts_beside_the_sgemm_proof_whichever_is_judged_first(tmp_pat
         box["between"] = counted_gpu(desk, node.node_id)
         await desk._finish(node.who, answered(node.challenge(second), 1.0), True, "passed", "rows match")
         box.update(node=node, call=call, after=counted_gpu(desk, node.node_id),
-                   cpu=desk.relay.atlas.nodes[node.node_id].verified.cpu_mgflops / 1000)
+                   cpu=desk.core.atlas.nodes[node.node_id].verified.cpu_mgflops / 1000)
 
     in_relay(tmp_path, script)
     node, call = box["node"], box["call"]
@@ -207,7 +207,7 @@ def test_a_late_gpu_answer_leaves_the_sgemm_proof_alone(tmp_path: Path) -> None:
         box["left"] = [ch.kind for ch in node.who.challenges.values()]
         await desk._finish(node.who, answered(node.challenge("sgemm"), 1.0), True, "passed", "rows match")
         box.update(node=node, call=call, gpu=counted_gpu(desk, node.node_id),
-                   cpu=desk.relay.atlas.nodes[node.node_id].verified.cpu_mgflops / 1000)
+                   cpu=desk.core.atlas.nodes[node.node_id].verified.cpu_mgflops / 1000)
 
     in_relay(tmp_path, script)
     node, call = box["node"], box["call"]

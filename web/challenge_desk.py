@@ -19,7 +19,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from capsule.challenge import ChallengeError
 from common.reactor import CapsuleError, Reactor
@@ -35,6 +35,7 @@ from web.challenges import (
 )
 from web.handoff import adopt
 from web.live import LiveError
+from web.parts import Core, Outbox
 from web.peer_transcripts import PeerTranscripts
 from web.roll_caller import STORE_KEY, RollCaller
 from web.rollcall import Proof, counted, next_roll_call
@@ -42,9 +43,6 @@ from web.stats import MICRO, Contribution
 from web.store import Store
 from web.transcripts import transcript_body
 from web.trust import Trust
-
-if TYPE_CHECKING:
-    from web.relay import Relay
 
 log = logging.getLogger("ce.challenges")
 
@@ -70,9 +68,10 @@ class Challengee:
 
 
 class ChallengeDesk:
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
-        self.config = relay.config
+    def __init__(self, core: Core, outbox: Outbox) -> None:
+        self.core = core      # the relay's config, key, store, atlas, beacon rounds and metrics
+        self.outbox = outbox  # where transcripts and roll-call totals go beyond this relay
+        self.config = core.config
         self.sessions: dict[str, Challengee] = {}
         self.next_at: dict[str, float] = {}       # host -> unix time of its next challenge round
         self.rounds: dict[str, int] = defaultdict(int)
@@ -86,14 +85,14 @@ class ChallengeDesk:
         self._llm_checker: Reactor | None = None
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
         self.secret = secrets.token_bytes(32)  # solo challenge moments, transcript audits: unpredictable
-        self.peers = PeerTranscripts(relay.relay_id, self.config, self, self.secret, self.rng, self._audited,
+        self.peers = PeerTranscripts(core.relay_id, self.config, self, self.secret, self.rng, self._audited,
                                      self._llm_expected)
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
         self._told: dict[str, str] = {}        # the status each node was last told of on its session
 
     def _audited(self) -> None:
-        self.relay.metrics.transcripts_audited += 1
+        self.core.metrics.transcripts_audited += 1
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -121,7 +120,7 @@ class ChallengeDesk:
                 if n in self.trust]
 
     def trust_json(self, node_id: str, now: float) -> dict[str, Any]:
-        entry = self.relay.atlas.nodes.get(node_id)
+        entry = self.core.atlas.nodes.get(node_id)
         claimed, tps, gpu = self._claims(node_id)
         body = self.trust.get(node_id, Trust(decayed_at=now)).to_json(claimed, now, self.config, tps, gpu)
         proof = self.proofs.get(node_id)
@@ -133,7 +132,7 @@ class ChallengeDesk:
                            "method": "what the latest roll call proved (every live session challenged at one "
                                      "moment), capped at the claim; nothing while not answering; gpu_tflops is "
                                      "fp32 (the GPU challenge's WGSL matmul)"}
-        beacon = self.relay.beacons.latest
+        beacon = self.core.beacons.latest
         body["next_roll_call"] = None if beacon is None else next_roll_call(beacon, now, self.config)
         body["proven"] = None if proof is None else {
             "roll_call": proof.roll_call, "gflops_fp32": round(proof.gflops, 3), "instances": proof.instances,
@@ -143,34 +142,34 @@ class ChallengeDesk:
 
     def _claims(self, node_id: str) -> tuple[float | None, float | None, float | None]:
         """The claims a node is judged against: GFLOP/s, tokens/s, fp32 GPU TFLOP/s."""
-        entry = self.relay.atlas.nodes.get(node_id)
+        entry = self.core.atlas.nodes.get(node_id)
         if entry is None:
             return None, None, None
         return entry.profile.claimed_gflops, entry.profile.claimed_tps, entry.profile.claimed_gpu_tflops
 
     def status(self, node_id: str, now: float) -> str:
         trust = self.trust.get(node_id)
-        if node_id not in self.relay.atlas.nodes or trust is None:
+        if node_id not in self.core.atlas.nodes or trust is None:
             return "unverified"
         claimed, tps, gpu = self._claims(node_id)
         return trust.judge(claimed, now, self.config, tps, gpu)[0]
 
     def refresh(self, node_id: str, now: float) -> None:
         """Recomputes what the node adds to the verified scoreboard (after a result or a new profile)."""
-        entry = self.relay.atlas.nodes.get(node_id)
+        entry = self.core.atlas.nodes.get(node_id)
         trust = self.trust.get(node_id)
         if entry is None:
             return
         status = self.status(node_id, now)
         if self._statuses.get(node_id) != status:  # /atlas shows each node's status: its ETag must change
             self._statuses[node_id] = status
-            self.relay.atlas.version += 1
+            self.core.atlas.version += 1
         proof = self.proofs.get(node_id)
         if trust is None or proof is None or status == "flagged":
-            self.relay.atlas.set_verified(node_id, Contribution())
+            self.core.atlas.set_verified(node_id, Contribution())
             return
         profile = entry.profile
-        self.relay.atlas.set_verified(node_id, counted(proof, profile.claimed_gflops, profile.contribution.cores,
+        self.core.atlas.set_verified(node_id, counted(proof, profile.claimed_gflops, profile.contribution.cores,
                                                        profile.claimed_tps, self.config, profile.claimed_gpu_tflops,
                                                        profile.gpu_count))
 
@@ -249,7 +248,7 @@ class ChallengeDesk:
                 await self._challenge_host(host, group, now_wall)
 
     async def _challenge_host(self, host: str, group: list[Challengee], now_wall: float) -> None:
-        beacon = self.relay.beacons.latest
+        beacon = self.core.beacons.latest
         if beacon is None:
             return
         first = min(w.node_id for w in group if w.node_id)
@@ -257,7 +256,7 @@ class ChallengeDesk:
         self.rounds[host] += 1
         llm_round = self.rounds[host] % self.config.challenge_llm_every == 0 and self.config.reactor_wasm.exists()
         for who in group:
-            entry = self.relay.atlas.nodes.get(who.node_id or "")
+            entry = self.core.atlas.nodes.get(who.node_id or "")
             claim = entry.profile if entry else None
             if claim is None or claim.claimed_gflops is None:
                 continue
@@ -321,7 +320,7 @@ class ChallengeDesk:
         await self.peers.apply(transcript)
 
     def knows(self, node_id: str) -> bool:
-        return node_id in self.relay.atlas.nodes
+        return node_id in self.core.atlas.nodes
 
     async def record_remote(self, origin: str, ch: Challenge, transcript: dict[str, Any]) -> None:
         """A peer's checked transcript, recorded as this relay records its own results."""
@@ -344,7 +343,7 @@ class ChallengeDesk:
         now = time.time()
         self.trust[node_id] = adopt(self.trust.get(node_id), state, self.config.trust_observed_kept)
         self.refresh(node_id, now)
-        await self.relay.store.write(Store.put_trust_op(node_id, now,
+        await self.core.store.write(Store.put_trust_op(node_id, now,
                                                         json.dumps(self.trust[node_id].to_state()).encode()))
 
     def moved_away(self, node_id: str) -> None:
@@ -423,9 +422,9 @@ class ChallengeDesk:
                                      "observed_tokens_per_sec": result.get("observed_tokens_per_sec"),
                                      "observed_tflops": result.get("observed_tflops")})
         await self._store(ch.node_id, now, result)
-        if self.relay.cluster is not None:  # the other relays re-check it and keep the same trust
-            self.relay.cluster.publish_transcript(transcript_body(
-                self.relay.relay_id, ch, ch.beacon_value, passed, code, verdict, tokens_checked, now))
+        if self.outbox.clustered:  # the other relays re-check it and keep the same trust
+            self.outbox.publish_transcript(transcript_body(
+                self.core.relay_id, ch, ch.beacon_value, passed, code, verdict, tokens_checked, now))
         if notify:
             await who.send({"type": "challenge_result", "id": ch.id, "passed": passed, "code": code, "detail": detail,
                             "observed_gflops": result.get("observed_gflops"),
@@ -444,4 +443,4 @@ class ChallengeDesk:
         trust = self.trust.get(node_id)
         if trust is not None:
             ops.append(Store.put_trust_op(node_id, now, json.dumps(trust.to_state()).encode()))
-        await self.relay.store.write(Store.all_of(*ops))
+        await self.core.store.write(Store.all_of(*ops))

@@ -18,7 +18,8 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import nats
 from nats.errors import Error as NatsError
@@ -26,17 +27,16 @@ from nats.js.errors import Error as JetStreamError
 
 from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
-from web.cluster_regions import Regional
+from web.cluster_regions import Regional, TrustDesk
 from web.digests import DigestBook, DigestWriter
 from web.ingest import verify_profile
 from web.links import worth_gossiping
+from web.mesh.messages import scoreboard_body
+from web.parts import Core
 from web.problems import Problem
 from web.regions import Subjects
 from web.store import Store
 from web.transcripts import TranscriptError
-
-if TYPE_CHECKING:
-    from web.relay import Relay
 
 log = logging.getLogger("ce.relay.cluster")
 # The subjects (web/regions.py Subjects: with a region, digests, links and transcripts are the region's own):
@@ -49,9 +49,27 @@ SUBJECT_TRANSCRIPTS, SUBJECT_LINKS = FLAT.transcripts, FLAT.links
 RESYNC_INTERVAL_S = 1.0
 
 
+@dataclass(frozen=True)
+class ClusterInbox:
+    """What the cluster hands to the rest of the relay (web/relay.py wires it)."""
+
+    # a peer relay's beacon round: profiles may cite it here; True when it is the leader's (it draws roll calls)
+    peer_beacon: Callable[[dict[str, Any], bool], None]
+    # a peer's signed challenge transcript (ChallengeDesk.apply_transcript; raises TranscriptError)
+    transcript: Callable[[dict[str, Any]], Awaitable[None]]
+    # a link sample another relay took, judged as if posted here (Relay.add_link; raises Problem)
+    link: Callable[[bytes, float], Awaitable[dict[str, Any]]]
+    # the sample held for a pair of endpoints, if any (LinkBook.measured)
+    link_held: Callable[[str, str], dict[str, Any] | None]
+    # nodes' trust, carried between regions (web/cluster_regions.py)
+    desk: TrustDesk
+
+
 class Cluster:
-    def __init__(self, relay: Relay, url: str, bucket: str, auth: dict[str, str] | None = None) -> None:
-        self.relay = relay
+    def __init__(self, core: Core, inbox: ClusterInbox, url: str, bucket: str,
+                 auth: dict[str, str] | None = None) -> None:
+        self.core = core
+        self.inbox = inbox
         self.url = url
         self.bucket = bucket
         self.auth = auth or {}  # nats.connect's user and password (web/nats_auth.py credentials)
@@ -62,12 +80,12 @@ class Cluster:
         self._tasks: list[asyncio.Task[None]] = []
         self._catch_up_needed = asyncio.Event()
         self.peers_seen: dict[str, float] = {}  # peer relay id -> unix time of its latest beacon round
-        config = relay.config
+        config = core.config
         self.subjects = Subjects.of(config.region)
         # a region's own part: the other regions' totals, and nodes moving between regions (web/cluster_regions.py)
         self.regions: Regional | None = None
         self.local: dict[str, tuple[int, float]] = {}  # node id -> (live here since, last heartbeat), unix s
-        self.writer = DigestWriter(relay.relay_id, config.digest_full_every, epoch=int(time.time() * 1000),
+        self.writer = DigestWriter(core.relay_id, config.digest_full_every, epoch=int(time.time() * 1000),
                                    url=config.public_url)
         # a digest older than two full-digest periods on arrival can only be a replay
         self.book = DigestBook(frozenset(config.cluster_peers),
@@ -75,7 +93,7 @@ class Cluster:
 
     async def start(self) -> None:
         self.nc = await nats.connect(
-            self.url, name=f"ce-relay-{self.relay.relay_id[-8:]}", connect_timeout=2, reconnect_time_wait=0.5,
+            self.url, name=f"ce-relay-{self.core.relay_id[-8:]}", connect_timeout=2, reconnect_time_wait=0.5,
             max_reconnect_attempts=-1, allow_reconnect=True, error_cb=self._on_error,
             disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected, **self.auth)
         subjects = self.subjects
@@ -84,15 +102,15 @@ class Cluster:
         await self.nc.subscribe(subjects.beacons, cb=self._on_beacon_message)
         await self.nc.subscribe(subjects.transcripts, cb=self._on_transcript_message)
         await self.nc.subscribe(subjects.links, cb=self._on_link_message)
-        if self.relay.config.region is not None:
-            relay = self.relay
-            self.regions = Regional(self.nc, relay.relay_id, relay.key, relay.config, relay.metrics.cluster_received,
-                                    relay.challenges)
+        if self.core.config.region is not None:
+            core = self.core
+            self.regions = Regional(self.nc, core.relay_id, core.key, core.config, core.metrics.cluster_received,
+                                    self.inbox.desk)
             await self.regions.start()
         self._catch_up_needed.set()
         self._tasks = [asyncio.create_task(self._sync_loop()), asyncio.create_task(self._digest_loop())]
-        if self.relay.beacons.latest is not None:  # issued before NATS was up: peers honour profiles citing it
-            self.publish_beacon(self.relay.beacons.latest)
+        if self.core.beacons.latest is not None:  # issued before NATS was up: peers honour profiles citing it
+            self.publish_beacon(self.core.beacons.latest)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -111,13 +129,13 @@ class Cluster:
 
     async def _on_reconnected(self) -> None:
         log.info("nats reconnected; catching up")
-        if self.relay.beacons.latest is not None:  # issued while away: peers honour profiles citing it
-            self.publish_beacon(self.relay.beacons.latest)
+        if self.core.beacons.latest is not None:  # issued while away: peers honour profiles citing it
+            self.publish_beacon(self.core.beacons.latest)
         self.kv = self.kv_links = None
         self._catch_up_needed.set()
 
     async def _kv(self, name: str) -> Any:
-        js = self.nc.jetstream(timeout=5, domain=self.relay.config.nats_domain)
+        js = self.nc.jetstream(timeout=5, domain=self.core.config.nats_domain)
         try:
             return await js.key_value(name)
         except JetStreamError:
@@ -126,7 +144,7 @@ class Cluster:
     async def _put(self, kv: Any, key: str, value: bytes) -> None:
         """A bucket write. Across a leaf connection (nats_domain) it goes to the hub's own prefix, as NATS's Go
         client does (nats.py writes to `$KV.<bucket>.<key>`, which a hub does not forward from a leaf)."""
-        domain = self.relay.config.nats_domain
+        domain = self.core.config.nats_domain
         if domain is None:
             await kv.put(key, value)
             return
@@ -140,7 +158,7 @@ class Cluster:
 
     async def _links_bucket(self) -> Any:
         if self.kv_links is None:  # a region's samples in a bucket of its own: catch-up reads the region only
-            region = self.relay.config.region
+            region = self.core.config.region
             self.kv_links = await self._kv(f"{self.bucket}-links" + (f"-{region}" if region else ""))
         return self.kv_links
 
@@ -182,15 +200,15 @@ class Cluster:
         log.info("caught up link samples from the bucket", extra={"applied": applied})
 
     async def _push_unsynced(self) -> None:
-        for node_id, measured_at, body in self.relay.store.unsynced():
+        for node_id, measured_at, body in self.core.store.unsynced():
             await self._publish(node_id, measured_at, bytes(body))
 
     async def _publish(self, node_id: str, measured_at: int, body: bytes) -> None:
-        envelope = json.dumps({"origin": self.relay.relay_id, "region": self.relay.config.region,
+        envelope = json.dumps({"origin": self.core.relay_id, "region": self.core.config.region,
                                "body": body.decode()}).encode()
         await self._put(await self._bucket(), node_id, envelope)
         await self.nc.publish(self.subjects.profiles, envelope)
-        await self.relay.store.write(Store.mark_synced_op(node_id, measured_at))
+        await self.core.store.write(Store.mark_synced_op(node_id, measured_at))
 
     def publish_profile(self, node_id: str, measured_at: int, body: bytes) -> None:
         """Called after a local profile is durable; failures leave it unsynced for the resync loop."""
@@ -213,29 +231,29 @@ class Cluster:
 
     def live_here(self, now: float) -> dict[str, int]:
         """Nodes with a live session on this relay (node id -> since); forgets the silent ones."""
-        cutoff = now - self.relay.config.offline_after_s
+        cutoff = now - self.core.config.offline_after_s
         self.local = {n: v for n, v in self.local.items() if v[1] >= cutoff}
         return {n: since for n, (since, _) in self.local.items()}
 
     async def _digest_loop(self) -> None:
         """Every heartbeat interval: a signed digest of what changed here (or the whole set, when due)."""
         while True:
-            await asyncio.sleep(self.relay.config.heartbeat_interval_s)
+            await asyncio.sleep(self.core.config.heartbeat_interval_s)
             if self.nc is None or not self.nc.is_connected:
                 continue  # the writer keeps its place: the next digest carries the change
             now = time.time()
             body = self.writer.next(self.live_here(now), now)
             if body is not None:  # a lost publish is a gap the peers see: they wait for the next full digest
-                signed = sign("LiveDigest", body, self.relay.key)
+                signed = sign("LiveDigest", body, self.core.key)
                 await self._safe_publish(self.subjects.digests, json.dumps(signed).encode())
-                self.relay.metrics.cluster_sent["digests"] += 1
+                self.core.metrics.cluster_sent["digests"] += 1
 
     def gone(self, node_id: str) -> bool:
         """Whether the node's home is another region now: it is neither asked nor counted here."""
         return self.regions is not None and self.regions.moves.gone(node_id)
 
     def alive_peers(self, now: float) -> set[str]:
-        fresh = now - 3 * self.relay.config.beacon_interval_s - 2.0
+        fresh = now - 3 * self.core.config.beacon_interval_s - 2.0
         return {p for p, at in self.peers_seen.items() if at >= fresh}
 
     def held_elsewhere(self, node_id: str, now: float) -> bool:
@@ -246,8 +264,8 @@ class Cluster:
         """Whether a sample this relay took goes to the cluster (web/links.py worth_gossiping: its own edges
         only when they moved or aged since the one last sent; others always)."""
         key = (sample["a"], sample["b"]) if sample["a"] < sample["b"] else (sample["b"], sample["a"])
-        return self.relay.relay_id not in key or worth_gossiping(self.links_sent.get(key), sample,
-                                                                  self.relay.config)
+        return self.core.relay_id not in key or worth_gossiping(self.links_sent.get(key), sample,
+                                                                  self.core.config)
 
     def publish_link(self, sample: dict[str, Any]) -> None:
         """A sample this relay took, to the bucket and the subject (best effort: a lost one is an edge the
@@ -261,7 +279,7 @@ class Cluster:
             with contextlib.suppress(NatsError, JetStreamError, TimeoutError, OSError):
                 await self._put(await self._links_bucket(), f"{a}.{b}", data)
                 await self.nc.publish(self.subjects.links, data)
-                self.relay.metrics.cluster_sent["links"] += 1
+                self.core.metrics.cluster_sent["links"] += 1
 
         if self.nc is not None and self.nc.is_connected:
             self._tasks.append(asyncio.create_task(publish()))
@@ -273,17 +291,17 @@ class Cluster:
     async def apply_link(self, data: bytes) -> int:
         """A sample another relay took: judged here as if posted here (schema, both signatures, endpoints
         known, the landmarks' triangle); 1 if taken."""
-        metrics = self.relay.metrics.cluster_received
+        metrics = self.core.metrics.cluster_received
         try:
             sample = json.loads(data)
-            held = self.relay.links.measured(str(sample["a"]), str(sample["b"]))
+            held = self.inbox.link_held(str(sample["a"]), str(sample["b"]))
         except (ValueError, TypeError, KeyError):
             metrics["invalid"] += 1
             return 0
         if held == sample:
             return 0  # already held (our own, echoed back, or caught up twice)
         try:
-            await self.relay.add_link(data, time.time(), from_cluster=True)
+            await self.inbox.link(data, time.time())
         except Problem as problem:
             metrics[f"link_{problem.code}"] += 1
             return 0
@@ -299,42 +317,46 @@ class Cluster:
         """Signs and publishes a finished challenge's transcript (best effort: a missed one is a roll call
         the other relays do not count for that node, never a wrong count)."""
         if self.nc is not None and self.nc.is_connected:
-            signed = sign("Transcript", body, self.relay.key)
+            signed = sign("Transcript", body, self.core.key)
             self._tasks.append(asyncio.create_task(self._safe_publish(self.subjects.transcripts,
                                                                       json.dumps(signed).encode())))
 
+    def publish_scoreboard(self, call: dict[str, Any]) -> None:
+        """A finished roll call's totals as this region's, signed, for the other regions (a flat cluster: none)."""
+        if self.regions is not None:
+            board = {**scoreboard_body(self.core.relay_id, call), "region": self.regions.region}
+            self.regions.publish_scoreboard(sign("Scoreboard", board, self.core.key))
+
     def leader(self, now: float) -> str:
         """The relay whose beacon draws roll calls: the lowest id among this one and the peers heard lately."""
-        return min([self.relay.relay_id, *self.alive_peers(now)])
+        return min([self.core.relay_id, *self.alive_peers(now)])
 
     def held_by_lower_relay(self, node_id: str, now: float) -> bool:
         """Whether a relay with a lower id than this one holds a live session of the node (its signed digest
         says so): it challenges the node at roll calls, so the node answers once (this relay counts it from
         that relay's transcript)."""
-        return any(r < self.relay.relay_id for r in self.book.holders(node_id, self.alive_peers(now)))
+        return any(r < self.core.relay_id for r in self.book.holders(node_id, self.alive_peers(now)))
 
     async def _on_beacon_message(self, msg: Any) -> None:
         try:
             beacon = json.loads(msg.data)
             verify_record("Beacon", beacon)
         except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
-            self.relay.metrics.cluster_received["invalid"] += 1
+            self.core.metrics.cluster_received["invalid"] += 1
             return
         relay = str(beacon["relay"])
-        if relay == self.relay.relay_id or relay not in self.relay.config.cluster_peers:
+        if relay == self.core.relay_id or relay not in self.core.config.cluster_peers:
             return  # our own, or not a relay of this cluster: draws nothing here
         now = time.time()
         self.peers_seen[relay] = now
-        self.relay.ingest.peer_beacon(beacon)  # profiles may cite it here (a balancer, --processes)
-        if self.leader(now) == relay:
-            self.relay.challenges.roll.on_beacon(beacon)
+        self.inbox.peer_beacon(beacon, self.leader(now) == relay)  # profiles may cite it (a balancer, --processes)
 
     async def _on_transcript_message(self, msg: Any) -> None:
-        metrics = self.relay.metrics.cluster_received
+        metrics = self.core.metrics.cluster_received
         try:
             transcript = json.loads(msg.data)
             verify_record("Transcript", transcript)
-            await self.relay.challenges.apply_transcript(transcript)
+            await self.inbox.transcript(transcript)
             metrics["transcripts"] += 1
         except (ValueError, TypeError, KeyError, ValidationError, SignatureError, TranscriptError) as exc:
             metrics["invalid"] += 1
@@ -348,23 +370,23 @@ class Cluster:
         await self.apply(msg.data)
 
     async def _on_digest_message(self, msg: Any) -> None:
-        metrics = self.relay.metrics.cluster_received
+        metrics = self.core.metrics.cluster_received
         try:
             digest = verify_record("LiveDigest", json.loads(msg.data))
         except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
             metrics["invalid"] += 1
             return
-        if digest.relay == self.relay.relay_id:
+        if digest.relay == self.core.relay_id:
             return
         now = time.time()
         outcome, became_live = self.book.apply(digest, now)
         metrics[f"digest_{outcome}"] += 1
         for node_id in became_live:
-            self.relay.atlas.heartbeat(node_id, now)
+            self.core.atlas.heartbeat(node_id, now)
 
     async def apply(self, envelope_bytes: bytes) -> int:
         """Re-verifies a profile from another relay and keeps it when newer; 1 if applied."""
-        metrics = self.relay.metrics.cluster_received
+        metrics = self.core.metrics.cluster_received
         try:
             envelope = json.loads(envelope_bytes)
             origin, body = str(envelope["origin"]), str(envelope["body"]).encode()
@@ -373,20 +395,20 @@ class Cluster:
             metrics["invalid"] += 1
             log.warning("refused a profile from the cluster that does not verify")
             return 0
-        if origin == self.relay.relay_id:
+        if origin == self.core.relay_id:
             metrics["own"] += 1
             return 0
         summary = verified.summary
         if self.regions is not None:
             self.regions.learn(summary.node_id, envelope.get("region"), float(summary.measured_at))
-        stored = self.relay.atlas.nodes.get(summary.node_id)
+        stored = self.core.atlas.nodes.get(summary.node_id)
         if stored is not None and stored.profile.measured_at >= summary.measured_at:
             metrics["not_newer"] += 1
             return 0
-        await self.relay.store.write(Store.put_profile_op(summary.node_id, summary.measured_at, origin, body, True,
+        await self.core.store.write(Store.put_profile_op(summary.node_id, summary.measured_at, origin, body, True,
                                                           json.dumps(summary.to_json()).encode()))
         now = time.time()
-        fresh = now - summary.measured_at <= self.relay.config.offline_after_s
-        self.relay.atlas.put(summary, origin, now, live=fresh)
+        fresh = now - summary.measured_at <= self.core.config.offline_after_s
+        self.core.atlas.put(summary, origin, now, live=fresh)
         metrics["applied"] += 1
         return 1

@@ -25,6 +25,7 @@ from web.links import LinkBook, fitted_book, worth_gossiping
 from web.live_guard import AddressGuard
 from web.loop_lag import LoopLag
 from web.metrics import Metrics
+from web.parts import Core, Outbox
 from web.peer_desk import PeerDesk
 from web.problems import Problem
 from web.ratelimit import TokenBuckets
@@ -52,8 +53,12 @@ class Relay:
         self.metrics = Metrics()
         self.links = LinkBook(self.relay_id, config)
         self.verifier = VerifyPool(config.verify_workers)
-        self.challenges = ChallengeDesk(self)
-        self.peers = PeerDesk(self)  # node-to-node probes (web/peer_probes.py)
+        self.multiaddrs: dict[str, list[str]] = {}  # node id -> the libp2p multiaddrs its live session announced
+        # the parts get the narrow things they need (web/parts.py), not this object
+        self.core = Core(config, self.key, self.store, self.atlas, self.beacons, self.metrics)
+        self.outbox = Outbox(self.relay_id)  # the cluster and the mesh, once each is up
+        self.challenges = ChallengeDesk(self.core, self.outbox)
+        self.peers = PeerDesk(config, self.links, self.multiaddrs, self.add_link)  # node-to-node probes
         self.metrics.peer_probes = self.peers.broker.outcomes
         # no burst: probes that leave together queue behind each other on the relay's uplink (measured: 64 at
         # once put 200 ms on the heartbeat acks of a 100-session relay)
@@ -62,7 +67,6 @@ class Relay:
         self.mesh: Any = None  # web.mesh.relay_mesh.RelayMesh once its host listens (none with --no-libp2p)
         self.mesh_error: str | None = None  # why the libp2p host did not start, if it did not
         self.mesh_starting: asyncio.Task[None] | None = None  # the host coming up beside the relay (start())
-        self.multiaddrs: dict[str, list[str]] = {}  # node id -> the libp2p multiaddrs its live session announced
         self._inflight: set[str] = set()
         self.epoch = secrets.token_hex(4)  # in ETags: versions restart with the process
         self._tasks: list[asyncio.Task[None]] = []
@@ -111,10 +115,15 @@ class Relay:
                        asyncio.create_task(self.loop_lag.run())]
         await self.sample_stats()
         if self.config.nats_url:
-            from web.cluster import Cluster
+            from web.cluster import Cluster, ClusterInbox
             from web.nats_auth import credentials
 
-            self.cluster = Cluster(self, self.config.nats_url, self.config.nats_bucket, credentials(self.config))
+            inbox = ClusterInbox(self._peer_beacon, self.challenges.apply_transcript,
+                                 lambda body, now: self.add_link(body, now, from_cluster=True),
+                                 self.links.measured, self.challenges)
+            self.cluster = Cluster(self.core, inbox, self.config.nats_url, self.config.nats_bucket,
+                                   credentials(self.config))
+            self.outbox.cluster = self.cluster
             await self.cluster.start()
         if self.config.libp2p_listen:
             # in the background: the relay serves at once. Importing py-libp2p and listening took ~0.45 s of
@@ -147,7 +156,7 @@ class Relay:
             log.exception("no libp2p host: the relay is not on the mesh")
             self.mesh_error = f"{type(exc).__name__}: {exc}"
         else:
-            self.mesh = mesh
+            self.mesh = self.outbox.mesh = mesh
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -183,6 +192,13 @@ class Relay:
             self.cluster.publish_beacon(beacon)
         # in a cluster only the leader's rounds draw roll calls, so every relay calls at the same moments
         if self.cluster is None or self.cluster.leader(time.time()) == self.relay_id:
+            self.challenges.roll.on_beacon(beacon)
+
+    def _peer_beacon(self, beacon: dict[str, Any], leader: bool) -> None:
+        """A peer relay's beacon round (over NATS): profiles may cite it here (a balancer, --processes), and the
+        leader's rounds draw this relay's roll calls too."""
+        self.ingest.peer_beacon(beacon)
+        if leader:
             self.challenges.roll.on_beacon(beacon)
 
     async def sample_stats(self) -> None:

@@ -15,10 +15,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from capsule.signing import sign
 from web.challenges import Challenge, new_challenge, new_llm_challenge
 from web.gpu_challenges import new_gpu_challenge
-from web.mesh.messages import scoreboard_body
 from web.rollcall import Proof, RollCall, due, on_time, shown, stop_after_s, work_s
 from web.stats import MICRO
 from web.store import Store
@@ -68,13 +66,13 @@ class RollCaller:
         """One answering session per node with a claim here (a node with two sessions is asked once; one with
         a session on a lower-id relay of the cluster is asked there)."""
         out: dict[str, Challengee] = {}
-        nodes, cluster, now = self.desk.relay.atlas.nodes, self.desk.relay.cluster, time.time()
+        atlas, outbox, now = self.desk.core.atlas, self.desk.outbox, time.time()
         for who in self.desk.sessions.values():
-            entry = nodes.get(who.node_id or "")
+            entry = atlas.nodes.get(who.node_id or "")
             if (who.node_id is None or not who.active or who.node_id in out or entry is None
-                    or entry.profile.claimed_gflops is None or who.node_id not in self.desk.relay.atlas.live):
+                    or entry.profile.claimed_gflops is None or who.node_id not in atlas.live):
                 continue
-            if cluster is not None and (cluster.held_by_lower_relay(who.node_id, now) or cluster.gone(who.node_id)):
+            if outbox.asked_elsewhere(who.node_id, now):
                 continue  # asked by a lower relay of its region, or counted in the region it moved to
             out[who.node_id] = who
         return out
@@ -161,7 +159,7 @@ class RollCaller:
                 desk._drop_proof(node_id, now_wall)
         planned: list[tuple[Challengee, Challenge]] = []
         for node_id, who in targets.items():
-            claim = desk.relay.atlas.nodes[node_id].profile
+            claim = desk.core.atlas.nodes[node_id].profile
             # a GPU claim below the floor in all can count no GPU (web/rollcall.py counted): not asked, so a
             # software adapter (lavapipe, SwiftShader: the CPU itself) never takes the cores of the SGEMM answer
             gpu = (claim.claimed_gpu_tflops or 0.0) >= self.config.gpu_floor_tflops and "gpu" in who.answers
@@ -202,7 +200,7 @@ class RollCaller:
             return  # a newer roll call began; it has its own llm phase
         planned: list[tuple[Challengee, Challenge]] = []
         for node_id, who in self._targets().items():
-            claim = desk.relay.atlas.nodes[node_id].profile
+            claim = desk.core.atlas.nodes[node_id].profile
             if not claim.claimed_tps:
                 continue
             if "llm" not in who.answers or who.challenges:
@@ -304,14 +302,9 @@ class RollCaller:
         """The totals a roll call proved, kept when the next one begins (and stored)."""
         call.proven = self.totals(call)
         body = json.dumps(call.to_json()).encode()
-        mesh = self.desk.relay.mesh
-        if mesh is not None:  # the final totals, signed, for any libp2p peer (docs/mesh.md)
-            mesh.publish_scoreboard(self.desk.relay.relay_id, call.to_json())
-        cluster = self.desk.relay.cluster
-        if cluster is not None and cluster.regions is not None:  # this region's totals, for the other regions
-            board = {**scoreboard_body(self.desk.relay.relay_id, call.to_json()), "region": cluster.regions.region}
-            cluster.regions.publish_scoreboard(sign("Scoreboard", board, self.desk.relay.key))
-        self._spawn(self.desk.relay.store.write(Store.put_history_op(STORE_KEY, call.at, "roll_call", body,
+        # the final totals, signed, for any libp2p peer (docs/mesh.md) and as this region's for the others
+        self.desk.outbox.publish_scoreboard(call.to_json())
+        self._spawn(self.desk.core.store.write(Store.put_history_op(STORE_KEY, call.at, "roll_call", body,
                                                                      self.config.roll_calls_kept)))
 
     def last_proven(self) -> dict[str, Any] | None:
@@ -319,7 +312,7 @@ class RollCaller:
         return next((dict(c.proven) for c in reversed(self.calls) if c.proven), None)
 
     def totals(self, call: RollCall) -> dict[str, float]:
-        atlas = self.desk.relay.atlas
+        atlas = self.desk.core.atlas
         rows = [atlas.nodes[n].verified for n, p in self.desk.proofs.items() if p.roll_call == call.id
                 and n in atlas.nodes]
         return {"nodes": sum(1 for r in rows if r.cpu_mgflops), "cpu_gflops": sum(r.cpu_mgflops for r in rows) / 1000,
