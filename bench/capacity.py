@@ -12,17 +12,17 @@ code the relay runs, median of 5:
   bytes, its signature check, and the re-check every other relay does (web/transcripts.check_transcript:
   proofs and entries);
 - a passed reference-model Transcript (the node's tokens, decoded by the reactor) and the check of its drawn
-  token that an auditing relay repeats (web/peer_transcripts.py, at transcript_llm_audit_fraction);
+  token that an auditing relay repeats (web/proof/peer_transcripts.py, at transcript_llm_audit_fraction);
 - a NodeProfile of real size arriving over NATS: bytes and verification;
 - a signed Scoreboard (a region's totals) and a Beacon: one per relay per roll call / beacon interval.
 Reference in the same run: the cost of one heartbeat on a relay's own session (verification of the first
-one of a session is what this bench times, web/live.py), so each figure reads as "heartbeats' worth".
+one of a session is what this bench times, web/sessions/live.py), so each figure reads as "heartbeats' worth".
 
 The rates come from RelayConfig's defaults (each named below) and two assumptions stated in ASSUMPTIONS:
 how often a node's session comes or goes, and how often it re-measures. --sessions-per-process is the
 measured capacity of one relay process at the ack target (bench/relay_sessions.py): the number of relay
 processes is nodes / that. Two layouts: flat (every subject cluster-wide: per-relay inbound grows with the
-whole network) and regional (web/regions.py: digests, link samples and transcripts stay in a region of
+whole network) and regional (web/cluster/regions.py: digests, link samples and transcripts stay in a region of
 --region-nodes nodes; profiles, beacons and the regions' signed totals are global). bench/regions.py
 measures the regional law on real servers (BENCHMARKS.md): a relay's inbound did not grow with the other
 region's size. The table says which resource runs out first, and at what size.
@@ -48,10 +48,10 @@ from capsule.signing import sign, verify_record  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
 from tests.transcripts import answered_transcript  # noqa: E402
+from web.cluster.digests import DigestBook, DigestWriter  # noqa: E402
 from web.config import RelayConfig  # noqa: E402
-from web.digests import DigestBook, DigestWriter  # noqa: E402
-from web.links import LinkBook  # noqa: E402
-from web.transcripts import check_transcript, transcript_body  # noqa: E402
+from web.map.links import LinkBook  # noqa: E402
+from web.proof.transcripts import check_transcript, transcript_body  # noqa: E402
 
 # Stated, not measured here: change them and the table follows.
 ASSUMPTIONS = {
@@ -112,7 +112,8 @@ def transcript_costs(reactor: Path) -> dict[str, float]:
     relay = NodeKey.generate()
     body = answered_transcript(reactor, relay.node_id, NodeKey.generate().node_id, 40.0, 2, config.roll_call_target_s)
     signed = json.dumps(sign("Transcript", body, relay)).encode()
-    verify_s = timed(lambda: verify_record("Transcript", json.loads(signed)))  # on the event loop (web/cluster.py)
+    # on the event loop (web/cluster/nats_cluster.py)
+    verify_s = timed(lambda: verify_record("Transcript", json.loads(signed)))
     seconds = timed(lambda: check_transcript(json.loads(signed), random.Random(2), config))  # in a worker thread
     return {"bytes": float(len(signed)), "verify_ms": verify_s * 1e3, "recheck_ms": seconds * 1e3}
 
@@ -121,8 +122,8 @@ def llm_transcript_costs(reactor: Path) -> dict[str, float]:
     """A passed reference-model roll-call answer (tokens for 1.5625 s at 200 tokens/s, decoded by the reactor)
     as its Transcript, and the check of its drawn token an auditing relay repeats."""
     from common.reactor import Reactor
-    from web.challenges import new_llm_challenge, on_commit
-    from web.rollcall import stop_after_s, work_s
+    from web.proof.challenges import new_llm_challenge, on_commit
+    from web.proof.rollcall import stop_after_s, work_s
 
     config = RelayConfig()
     relay = NodeKey.generate()
@@ -216,7 +217,7 @@ def main() -> int:
                         help="live sessions one relay process holds at the ack target (bench/relay_sessions.py)")
     parser.add_argument("--digest-nodes", type=int, default=10_000)
     parser.add_argument("--region-nodes", type=int, default=100_000,
-                        help="nodes per region in the regional layout (web/regions.py)")
+                        help="nodes per region in the regional layout (web/cluster/regions.py)")
     args = parser.parse_args()
     import build
 

@@ -6,7 +6,7 @@ for the same challenge, each figure beside its reference from the same run.
         --adapter SwiftShader                                   (SwiftShader through Chromium's Vulkan ICD)
 
 1. The adapter's own fp32 TFLOP/s by the probe (host_runner/gpu.py, the same shader), then --rounds challenges
-   sized for that claim at the roll call's target time (web/gpu_challenges.py): the node's wall time to commit
+   sized for that claim at the roll call's target time (web/proof/gpu_challenges.py): the node's wall time to commit
    (host_runner/gpu_answer.py: what the relay times), the relay's CPU to check the answer (parse_opening's proofs
    + check_opened's recomputed entries, one BLAS thread), their ratio, and observed / claimed.
 2. The relay's CPU per challenge at each order (its cost depends on n and the opened rows, not on the work, but
@@ -34,9 +34,9 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from host_runner import gpu  # noqa: E402
 from host_runner.gpu_answer import GpuAnswer, GpuContext, pick_adapter  # noqa: E402
-from web import gpu_challenges as wg  # noqa: E402
-from web.challenges import Challenge, check_opened, on_commit, parse_opening  # noqa: E402
 from web.config import RelayConfig  # noqa: E402
+from web.proof import gpu_challenges as wg  # noqa: E402
+from web.proof.challenges import Challenge, check_opened, on_commit, parse_opening  # noqa: E402
 
 BEACON = {"round": 1, "value": "ab" * 32}
 

@@ -6,7 +6,7 @@ Method. Two capsule reactors (build/capsule-reactor.wasm) in this process: the n
 `--tokens` tokens from a fresh seed (ce_llmc_begin, then ce_llmc_next per token: the same calls as
 host_runner/challenge_answer.py; its model made beforehand, as a live node's is), timed; the relay's checks
 one token at an index drawn uniformly over the answer (ce_llmc_expected: the prefill of that sequence up to
-the token and one forward pass, as web/challenge_desk.py does), timed, and compared with the node's token
+the token and one forward pass, as web/proof/challenge_desk.py does), timed, and compared with the node's token
 (every check must agree: the answers are honest). Per answer, share = check time / answer time; the figure is
 the median share with its interquartile range, beside the reference measured in the same run: one forward
 pass and one prefill position. web/llm_checks.relay_cost_share gives the multiply-add model's share.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.kernels_paired import cpu_model  # noqa: E402
 from common.reactor import Reactor  # noqa: E402
-from web.llm_checks import relay_cost_share  # noqa: E402
+from web.proof.llm_checks import relay_cost_share  # noqa: E402
 
 REACTOR = ROOT / "build" / "capsule-reactor.wasm"
 

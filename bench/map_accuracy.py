@@ -8,7 +8,7 @@ region, 60-120 ms between), as tests/test_world.py builds in network namespaces;
 truth plus 0-2 ms of processing (what the namespace world measured). L landmarks (relays, spread over the
 regions, measuring each other), each node measured by every landmark, and P node-to-node probes per node to
 partners drawn by the relay's neighbour rule (half the nearest of its region, half random). The fit is the
-relays' own refit (web/links.py LinkBook.refit: guarded_coordinates with the landmarks, REFIT_CONFIG). Scored
+relays' own refit (web/map/links.py LinkBook.refit: guarded_coordinates with the landmarks, REFIT_CONFIG). Scored
 on node pairs never measured: median relative error and 5-NN recall. Reference in the same run: the same
 world fitted with the landmark edges alone (P = 0), the star a relay cluster had before node-to-node probes.
 Join: a new node's median error to every other node after its landmark round (at join) and after each peer
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.kernels_paired import cpu_model  # noqa: E402
 from fabric.defence import guarded_coordinates  # noqa: E402
-from web.links import REFIT_CONFIG, coordinate_seed  # noqa: E402
+from web.map.links import REFIT_CONFIG, coordinate_seed  # noqa: E402
 
 CENTRES = [(0.0, 0.0), (70.0, 0.0), (30.0, 62.0)]
 

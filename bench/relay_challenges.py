@@ -34,8 +34,8 @@ from capsule.challenge import check_entries  # noqa: E402
 from host_runner.challenge_answer import SgemmAnswer  # noqa: E402
 from host_runner.wasm import default_engine, load_module  # noqa: E402
 from tests.relay_process import CLI, RelayProcess  # noqa: E402
-from web.challenges import check_opened, new_challenge, on_commit, parse_opening  # noqa: E402
 from web.config import RelayConfig  # noqa: E402
+from web.proof.challenges import check_opened, new_challenge, on_commit, parse_opening  # noqa: E402
 
 REACTOR = ROOT / "build" / "capsule-reactor.wasm"
 CLAIM_GFLOPS, INSTANCES, N = 45.0, 2, 1024  # this machine's whole-CPU figure and its probe's order

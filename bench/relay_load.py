@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 # `ce-bench relay` options for a load generator that opens every live session from one address (loopback): the
-# per-address limits of WS /v1/live (web/live_guard.py: 256 sessions, 128 KiB/s) would stop it, not the relay
+# per-address limits of WS /v1/live (web/sessions/live_guard.py: 256 sessions, 128 KiB/s) would stop it, not the relay
 ONE_ADDRESS = ["--live-sessions-per-address", "1000000", "--live-bytes-per-s-per-address", "1e12",
                "--live-bytes-burst-per-address", str(2**40)]
 

@@ -30,11 +30,11 @@ sys.path.insert(0, str(ROOT))
 from bench.kernels_paired import cpu_model  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from tests.samples import sample_profile  # noqa: E402
+from web.api.summary import ProfileSummary  # noqa: E402
 from web.config import RelayConfig  # noqa: E402
+from web.proof.trust import Trust  # noqa: E402
 from web.relay import Relay  # noqa: E402
 from web.store import Store  # noqa: E402
-from web.summary import ProfileSummary  # noqa: E402
-from web.trust import Trust  # noqa: E402
 
 
 def write_store(data_dir: Path, nodes: int, history: int) -> None:

@@ -1,4 +1,4 @@
-// Answers the relay's challenges (protocol: web/challenges.py) with the capsule's own code: each seed runs
+// Answers the relay's challenges (protocol: web/proof/challenges.py) with the capsule's own code: each seed runs
 // in its own probe worker (capsule-reactor.wasm's ce_challenge_begin/next/commit), exactly as servers do in
 // host_runner/challenge_answer.py. The workers stay between challenges (a fresh worker costs tens of ms,
 // which would count against the node's observed time) and are dropped when the page stops answering.

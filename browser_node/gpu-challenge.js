@@ -1,4 +1,4 @@
-// Answers the relay's GPU challenges (kind "gpu": capsule/gpu_challenge.py; relay side web/gpu_challenges.py) with
+// Answers the relay's GPU challenges (kind "gpu": capsule/gpu_challenge.py; relay side web/proof/gpu_challenges.py) with
 // WebGPU and the same WGSL as servers (host_runner/gpu_answer.py): the probe's matmul_f32.wgsl, and
 // challenge_gpu.wgsl to draw the inputs and hash rows and subtrees on the GPU. Per product: gen -> matmul; per
 // group of products side by side: one leaf dispatch over all their rows; per batch: the tree levels down to each

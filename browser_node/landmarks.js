@@ -1,4 +1,4 @@
-// Landmark probes from the join page (the relay's side and the protocol: web/probe_endpoint.py; a server's:
+// Landmark probes from the join page (the relay's side and the protocol: web/map/probe_endpoint.py; a server's:
 // host_runner/landmarks.py). The page keeps its live session with the relay that served it; now and then
 // the other relays of the cluster (GET /v1/relays names them with their URLs) measure their RTT to this
 // browser: three pings, a sample they sign and the page co-signs with its WebCrypto key. ~1.5 KB each way

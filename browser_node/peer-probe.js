@@ -1,4 +1,4 @@
-// Node-to-node probes from the join page (issue 18, item 1; protocol: web/peer_probes.py; a server's side:
+// Node-to-node probes from the join page (issue 18, item 1; protocol: web/map/peer_probes.py; a server's side:
 // host_runner/peer_probe.py, aiortc). The relay pairs this page with another live node and carries the WebRTC
 // offer and answer over the live session; the two measure their RTT on a data channel ("ce-probe", unordered,
 // no retransmits: a lost ping is loss, not a late RTT) and both sign the LinkSample with their own keys: the

@@ -52,7 +52,7 @@ DEFAULT_N = 1024             # when the claim's evidence names no order
 LLM_PROMPT = 32              # the prompt tokens of each sequence (capsule/kernels/llm_challenge.h)
 LLM_PER_SEQ = 224            # CE_LLMC_PER_SEQ: tokens decoded per sequence before the next prompt
 LLM_VOCAB = 32000            # CE_LLM_VOCAB: token ids are in [0, LLM_VOCAB)
-LLM_MAX_TOKENS = 8192        # the most tokens one challenge asks (~58 KB of JSON, web/live_guard.py)
+LLM_MAX_TOKENS = 8192        # the most tokens one challenge asks (~58 KB of JSON, web/sessions/live_guard.py)
 
 
 def tokens_for(claimed_tokens_per_sec: float, target_s: float) -> int:
@@ -77,7 +77,7 @@ def reps_for(claimed_gflops: float, instances: int, n: int, target_s: float) -> 
     honest node answering at 0.8x its claim on busy cores (CI, 2026-12-04) missed every roll call. The price:
     a roll call counts at most floor(x) / x of the claim, x being the products that fit (3 of 3.76: 80%; 1 of
     1.9: 53%). Roll calls now size their work beyond the deadline and count the products committed by the
-    node's stop (web/rollcall.py work_s, stop_after_s), so this rounding only shapes solo challenges."""
+    node's stop (web/proof/rollcall.py work_s, stop_after_s), so this rounding only shapes solo challenges."""
     per_instance = max(claimed_gflops, 0.0) / max(instances, 1) * 1e9
     reps = math.floor(per_instance * target_s / (2 * n**3))
     return int(max(1, min(reps, MAX_PRODUCTS)))
@@ -88,7 +88,7 @@ def challenge_size(claimed_gflops: float, instances: int, evidence_n: object, ta
     """(instances, order, products per instance) of an SGEMM challenge to a claim: at most max_instances,
     the probe's own order (order_of), and the work of the claim for target_s, but never less than
     core_floor_gflops per instance (a tiny claim must not make cores free to show). The relay sizes its
-    challenges with it (web/challenges.py), and a node warms its reactors for the same (host_runner/agent.py)."""
+    challenges with it (web/proof/challenges.py), and a node warms its reactors for the same (host_runner/agent.py)."""
     k = max(1, min(instances, max_instances))
     n = order_of(evidence_n)
     per_instance = max(claimed_gflops / k, core_floor_gflops)

@@ -9,7 +9,7 @@ What a node does for instance seed s, order n and at most `reps` products:
 - as each product is done, its rows are hashed into the product's own Merkle root; at a roll call the node
   stops where its deadline falls (`stop_after_s` of the challenge) and commits to the k products it finished
   by one root over their roots; the relay counts the work of those k (the busy node counts what it did) and
-  opens rows among them only (a skipped product is caught by the same odds as before: web/checks.py).
+  opens rows among them only (a skipped product is caught by the same odds as before: web/proof/checks.py).
 - leaf = BLAKE3(row, fp32 little-endian), node = BLAKE3 keyed with NODE_KEY of (left || right); each level
   padded to a power of two with all-zero hashes: n leaves per product tree, k product roots in the top tree.
 

@@ -26,7 +26,7 @@ What differs from the CPU challenge, and why:
   most 128 MiB), and by the claim: one product at the claimed speed takes at most target / MIN_REPS (order_for).
   Why: the work is a whole number of products, and both ways of rounding cost an honest node at a roll call —
   more work than claim x target eats into the common deadline (1.25 x target: a node at 0.85 of its claim
-  needs 1.18 x target for exact work), less caps what it shows (web/rollcall.py shown: at most work / target).
+  needs 1.18 x target for exact work), less caps what it shows (web/proof/rollcall.py shown: at most work / target).
   With at least MIN_REPS = 16 products, rounding to the nearest (reps_for) keeps the work within +-3.1% of
   claim x target. Real GPUs keep the probe's order (at a 1 s target n = 2048 needs a claim >= 0.28 TFLOP/s);
   a slow CPU adapter gets a smaller one (lavapipe at 2.7 GFLOP/s: n = 256 instead of the probe's 512).

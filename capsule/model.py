@@ -172,7 +172,7 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Transcript:
-    """A relay's record of one challenge it ran (web/transcripts.py): what it asked, the node's commitment and
+    """A relay's record of one challenge it ran (web/proof/transcripts.py): what it asked, the node's commitment and
     openings, and its own timing, signed by the relay, so the other relays of a cluster re-check the work
     and keep the same trust. Only relays an operator names as peers are believed (they attest the timing)."""
 
@@ -193,7 +193,7 @@ class LiveEntry:
 
 @dataclass(frozen=True)
 class LiveDigest:
-    """Which nodes are live on a relay (web/digests.py): the change since its previous digest, or (`full`) the
+    """Which nodes are live on a relay (web/cluster/digests.py): the change since its previous digest, or (`full`) the
     whole set; signed by the relay, so the other relays of a cluster know who holds which node without one
     message per heartbeat. Believed only from relays an operator names as peers."""
 
@@ -234,12 +234,12 @@ class Scoreboard:
     proven: ProvenTotals = spec(description="the verified totals of the roll call")
     sig: str = spec(pattern=B64URL_SIG)
     region: str | None = spec(pattern=r"^[a-z][a-z0-9-]{0,31}$", default=None,
-                              description="the relay's region (web/regions.py): its totals are that region's")
+                              description="the relay's region (web/cluster/regions.py): its totals are that region's")
 
 
 @dataclass(frozen=True)
 class TrustState:
-    """A node's trust as a region's relays hold it (web/trust.py Trust), carried to the region it moved to."""
+    """A node's trust as a region's relays hold it (web/proof/trust.py Trust), carried to the region it moved to."""
 
     passed: float = spec(minimum=0, description="decayed count of passed challenges")
     failed: float = spec(minimum=0, description="decayed failure weight")
@@ -260,7 +260,7 @@ class TrustState:
 
 @dataclass(frozen=True)
 class Handoff:
-    """A node's trust passing between regions (web/handoff.py). A relay of the region the node came to asks
+    """A node's trust passing between regions (web/cluster/handoff.py). A relay of the region the node came to asks
     (`trust` null); a relay of the region it left answers with the trust that region holds, and stops counting
     the node there. Believed only from relays an operator names as peers."""
 

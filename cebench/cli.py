@@ -18,10 +18,10 @@ from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import RelayError, fetch_beacon, post_profile, trust_certificate
 from host_runner.ui import PhaseProgress, console, results_table
+from web.api.tls import lan_address
 from web.cli import relay_cmd, relay_options, serve, tls_files
+from web.cluster.nats_auth import check as check_nats
 from web.config import RelayConfig
-from web.nats_auth import check as check_nats
-from web.tls import lan_address
 
 main.add_command(relay_cmd)
 
@@ -60,7 +60,7 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
         post_profile(local, result.profile)
     except RelayError as exc:
         raise UserError(str(exc)) from None
-    reactor = capsule.with_name("capsule-reactor.wasm")  # answers the relay's challenges (web/challenges.py)
+    reactor = capsule.with_name("capsule-reactor.wasm")  # answers the relay's challenges (web/proof/challenges.py)
     gpu = None
     if not no_gpu:  # the GPU's pipelines compiled once, outside every challenge's time
         from host_runner.gpu_answer import context_for

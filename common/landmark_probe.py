@@ -1,4 +1,4 @@
-"""Landmark probes (issue 18, item 2; the relay's side and the protocol are web/probe_endpoint.py): the
+"""Landmark probes (issue 18, item 2; the relay's side and the protocol are web/map/probe_endpoint.py): the
 node (or a relay probing its peer relays: the landmarks' mesh) keeps its live session with one relay and,
 on a schedule, asks the other relays of the cluster (`GET /v1/relays` names them with their URLs) for a
 short RTT probe, which each relay stores and shares with the cluster as a co-signed LinkSample. With several

@@ -69,7 +69,7 @@ def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> f
     return config.remeasure_s * (1 + config.remeasure_spread * (2 * u - 1))
 
 
-# How a relay sizes a roll-call challenge (web/config.py; web/challenges.py new_challenge): warmed the same.
+# How a relay sizes a roll-call challenge (web/config.py; web/proof/challenges.py new_challenge): warmed the same.
 CHALLENGE_MAX_INSTANCES = 64     # challenge_max_instances
 ROLL_CALL_TARGET_S = 1.0         # roll_call_target_s: the work is sized for this long at the claim
 CORE_FLOOR_GFLOPS = 2.0          # core_floor_gflops: no instance is given less work than this per second
@@ -77,7 +77,7 @@ CORE_FLOOR_GFLOPS = 2.0          # core_floor_gflops: no instance is given less 
 
 def challenge_shape(profile: dict[str, Any]) -> tuple[int, int, int] | None:
     """(instances, SGEMM order, products per instance) of a relay's roll-call challenge to this profile, sized
-    as web/challenges.py new_challenge sizes it from the same evidence (web/summary.py), so the session can
+    as web/proof/challenges.py new_challenge sizes it from the same evidence (web/api/summary.py), so the session can
     warm that many reactors with that much memory first; None where the profile claims no GFLOP/s."""
     from capsule.challenge import challenge_size
 

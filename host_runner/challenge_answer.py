@@ -1,4 +1,4 @@
-"""A node's answers to its relay's challenges (protocol in web/challenges.py), computed by the capsule's
+"""A node's answers to its relay's challenges (protocol in web/proof/challenges.py), computed by the capsule's
 reactor: each instance runs in its own wasm instance on its own thread (ctypes releases the GIL, as in
 host_runner/cpu.py), so a challenge split over k instances uses k cores like the probe it checks."""
 

@@ -1,4 +1,4 @@
-"""A node's answer to a GPU challenge (kind "gpu": capsule/gpu_challenge.py; relay side web/gpu_challenges.py),
+"""A node's answer to a GPU challenge (kind "gpu": capsule/gpu_challenge.py; relay side web/proof/gpu_challenges.py),
 computed through wgpu with the probe's own WGSL matmul (capsule/shaders/matmul_f32.wgsl) and the challenge's
 helpers (capsule/shaders/challenge_gpu.wgsl: inputs drawn on the GPU, rows hashed into Merkle leaves and
 subtrees on the GPU). Per product the GPU runs gen -> matmul -> leaf; per batch of products it hashes each

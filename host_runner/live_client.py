@@ -1,6 +1,6 @@
-"""A node's live session with its relay (WS /v1/live, protocol in web/live.py): signed heartbeats at
+"""A node's live session with its relay (WS /v1/live, protocol in web/sessions/live.py): signed heartbeats at
 the interval the relay asks for, answers to RTT pings, and, given the reactor wasm, answers to the relay's
-challenges (web/challenges.py) computed by the capsule on a worker thread so pings are answered meanwhile;
+challenges (web/proof/challenges.py) computed by the capsule on a worker thread so pings are answered meanwhile;
 given a GpuContext, answers to GPU challenges too (kind "gpu": host_runner/gpu_answer.py, the probe's WGSL), on
 their own thread: a roll call sends the SGEMM and GPU challenges at the same moment and both are answered side
 by side, so committed answers are kept by challenge id until the relay's verdict. Runs in a background thread."""
@@ -243,7 +243,7 @@ class LiveSession:
             n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
             stop_after_s = message.get("stop_after_s")
             # the roll call's deadline on this clock, from the moment the challenge arrived (the relay allows
-            # for the network: web/challenges.py net_time_s)
+            # for the network: web/proof/challenges.py net_time_s)
             stop_at = None if stop_after_s is None else time.perf_counter() + float(stop_after_s)
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
@@ -298,7 +298,7 @@ class LiveSession:
     def _llm_challenge(self, ws: Any, message: dict[str, Any]) -> None:
         """Decodes and commits the token ids on a worker thread; at a roll call ("stop_after_s") it stops that
         long after the challenge arrived here and commits what it has, as the SGEMM answer does."""
-        arrived = time.perf_counter()  # the roll call's deadline counts from here (web/challenges.py net_time_s)
+        arrived = time.perf_counter()  # the roll call's deadline counts from here (web/proof/challenges.py net_time_s)
         pool = self._pool
         try:
             seeds, decode, cid = message["seeds"], message["decode"], message["id"]

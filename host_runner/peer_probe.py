@@ -1,5 +1,5 @@
 """A server node's side of node-to-node probes (issue 18, item 1; the relay's broker and the protocol are
-web/peer_probes.py; the browser's side is browser_node/peer-probe.js). The relay pairs two live nodes and
+web/map/peer_probes.py; the browser's side is browser_node/peer-probe.js). The relay pairs two live nodes and
 carries their WebRTC offer and answer; they measure their RTT on a data channel (aiortc here) and both sign the
 LinkSample: the offerer proposes its lowest RTT (sig_a), the answerer co-signs only if its own pings agree
 (sig_b) and hands the sample to the relay. Runs its own asyncio loop on a thread beside the live session.
@@ -34,7 +34,7 @@ AGREE_SLACK_MS = 3.0
 
 def summarize(rtts: list[float], sent: int) -> dict[str, float]:
     """rtt (the lowest: queueing and busy event loops only ever add to a ping, so the least delayed one is
-    the path's; web/live.py says more beside PING_ID_LIMIT), jitter (mean absolute difference of successive
+    the path's; web/sessions/live.py says more beside PING_ID_LIMIT), jitter (mean absolute difference of successive
     samples) and loss."""
     if not rtts:
         raise ValueError("no pong came back")

@@ -38,7 +38,7 @@ class RelayError(Exception):
 
 
 # Refusals that say the profile's beacon is not (or no longer) this relay's: the figures may be fine, but only
-# a measurement against the relay's current beacon can be accepted (web/ingest.py, the beacon checks).
+# a measurement against the relay's current beacon can be accepted (web/api/ingest.py, the beacon checks).
 BEACON_REFUSALS = frozenset({"unknown_beacon", "stale_beacon", "beacon_mismatch", "measured_before_beacon"})
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.relay_process import free_port
+from web.cluster.nats_auth import server_config
 from web.config import RelayConfig
-from web.nats_auth import server_config
 
 NATS_SERVER = str(Path(sys.executable).parent / "nats-server")
 

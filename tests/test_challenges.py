@@ -23,9 +23,9 @@ from capsule.challenge import (
 )
 from capsule.cpu_challenge import check_entries, check_proof, commitment_root, inputs_of, product_root
 from host_runner.challenge_answer import SgemmAnswer
-from web.challenges import check_opened, new_challenge, new_llm_challenge, on_commit, parse_opening
 from web.config import RelayConfig
-from web.trust import Trust
+from web.proof.challenges import check_opened, new_challenge, new_llm_challenge, on_commit, parse_opening
+from web.proof.trust import Trust
 
 BEACON: dict[str, Any] = {"round": 7, "value": "ab" * 32}
 CONFIG = RelayConfig()
@@ -379,7 +379,7 @@ def test_llm_state_machine() -> None:
     for bad in bads:
         with pytest.raises(ChallengeError) as exc:
             on_commit(ch, bad, 100.4, rng, CONFIG)
-        # an old client's token hash proves nothing but flags nothing (web/trust.py NO_WEIGHT_CODES)
+        # an old client's token hash proves nothing but flags nothing (web/proof/trust.py NO_WEIGHT_CODES)
         assert exc.value.code == ("outdated_client" if "token_ids_sha256" in bad else "malformed_commit")
     assert on_commit(ch, {"tokens": list(range(50))}, 100.501, rng, CONFIG) is None  # no opening
     assert ch.observed_tps == pytest.approx(50 / 0.5) and ch.observed_gflops is None

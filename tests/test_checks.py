@@ -1,4 +1,4 @@
-"""The published odds (web/checks.py, GET /v1/checks) against a simulated cheater run through the relay's own
+"""The published odds (web/proof/checks.py, GET /v1/checks) against a simulated cheater run through the relay's own
 code: a node that computes some of its products and commits garbage rows for the rest (its proofs hold: it
 commits to what it has) passes on_commit -> parse_opening -> check_opened at the rate the relay publishes."""
 
@@ -14,9 +14,9 @@ import pytest
 from capsule.challenge import ChallengeError, encode_row
 from capsule.cpu_challenge import inputs_of, leaf_hash
 from tests.test_mutants_challenges import proof, tree
-from web.challenges import check_opened, new_challenge, on_commit, parse_opening
-from web.checks import odds, rows_pass_chance
 from web.config import RelayConfig
+from web.proof.challenges import check_opened, new_challenge, on_commit, parse_opening
+from web.proof.checks import odds, rows_pass_chance
 
 BEACON: dict[str, Any] = {"round": 3, "value": "cd" * 32}
 N, PRODUCTS = 8, 4

@@ -1,4 +1,4 @@
-"""Cluster liveness digests (web/digests.py), the pure core: what a writer publishes, what a book believes,
+"""Cluster liveness digests (web/cluster/digests.py), the pure core: what a writer publishes, what a book believes,
 signed and parsed as the relay does (capsule.signing.verify_record), with lost, replayed and foreign
 digests. The real relays and NATS are in tests/test_proven_cluster.py."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from capsule.signing import sign, verify_record
 from common.keys import NodeKey
-from web.digests import DigestBook, DigestWriter
+from web.cluster.digests import DigestBook, DigestWriter
 
 RELAY = NodeKey.generate()
 STRANGER = NodeKey.generate()

@@ -43,7 +43,8 @@ SESSIONS = int(os.environ.get("CE_FAILOVER_SESSIONS", "2000"))
 PRODUCT_CLIENTS = 50  # of them LiveSession (the product's client); the rest tests/failover_fleet.py
 COME_BACK_WITHIN_S = 60.0  # the bound
 BEACON_S = 1.0
-# a peer whose beacons stop counts as gone after 3 beacon intervals + 2 s (web/cluster.py alive_peers): until
+# a peer whose beacons stop counts as gone after 3 beacon intervals + 2 s (web/cluster/nats_cluster.py alive_peers):
+# until
 # then B and C still count A's nodes from A's last digest, so the scoreboard is judged only after that
 PEER_GONE_S = 3 * BEACON_S + 2.0 + 1.0
 STUCK = 20  # nodes whose sessions know only A: they cannot move, so B and C must stop counting them
@@ -127,7 +128,7 @@ def test_a_relay_killed_under_2000_sessions_loses_nothing_and_the_scoreboard_com
         print(f"failover under {SESSIONS} sessions: scoreboard back in {came_back} s (before {before}, lowest "
               f"seen {min(dips)})")
         # the nodes that could not move stopped counting (the dip) and never came back: A's last digest is
-        # believed only while A's beacons keep coming (web/cluster.py alive_peers)
+        # believed only while A's beacons keep coming (web/cluster/nats_cluster.py alive_peers)
         def stuck_live() -> list[str]:
             return [k.node_id for k in stuck_keys for r in (b, c) if node_online(r, k)]
 

@@ -1,8 +1,8 @@
 """GPU challenges (kind "gpu", issue 20 item 5) on real wgpu adapters: lavapipe (Mesa's Vulkan on the CPU) and
 SwiftShader (Chromium's Vulkan ICD, reached by wgpu through VK_ICD_FILENAMES), and in headless Chromium's WebGPU
 (browser_node/gpu-challenge.js). The node's answer
-(host_runner/gpu_answer.py) against the relay's own checks (web/challenges.py on_commit, parse_opening,
-check_opened with a challenge from web/gpu_challenges.py): a correct answer passes; a row altered after the
+(host_runner/gpu_answer.py) against the relay's own checks (web/proof/challenges.py on_commit, parse_opening,
+check_opened with a challenge from web/proof/gpu_challenges.py): a correct answer passes; a row altered after the
 commitment, a wrong root and products of wrong inputs fail; a claim 3x the adapter's real speed shows ~1/3.
 The GPU draws the sgemm challenge's own inputs bit for bit and builds capsule.challenge.merkle_root's tree on
 both hashing paths."""
@@ -28,9 +28,9 @@ from capsule import plausibility
 from capsule.challenge import ChallengeError
 from host_runner import gpu, gpu_answer
 from host_runner.gpu_answer import GpuAnswer, GpuContext, GpuError
-from web import gpu_challenges as wg
-from web.challenges import Challenge, check_opened, on_commit, parse_opening
 from web.config import RelayConfig
+from web.proof import gpu_challenges as wg
+from web.proof.challenges import Challenge, check_opened, on_commit, parse_opening
 
 BEACON: dict[str, Any] = {"round": 11, "value": "cd" * 32}
 CONFIG = RelayConfig()
@@ -82,7 +82,7 @@ def answer_for(ch: Challenge, context: GpuContext, seeds: list[int] | None = Non
 
 def relay_checks(ch: Challenge, answer: GpuAnswer, roots: list[str] | None = None,
                  tamper: Any = None) -> float:
-    """The relay's side, as web/challenge_desk.py runs it: commitment (timed from ch.sent_at), open, opening,
+    """The relay's side, as web/proof/challenge_desk.py runs it: commitment (timed from ch.sent_at), open, opening,
     recomputed entries. The worst error ratio; raises ChallengeError."""
     rng = random.Random(5)
     committed = answer.commit()

@@ -34,12 +34,12 @@ from host_runner.relay_client import fetch_beacon
 from tests.relay_process import RelayProcess
 from tests.test_proven import HONEST_SHARE, Identity, challenges, node, stats, until
 from tests.test_proven import registered as proven_registered
-from web.challenges import check_opened, on_commit, parse_opening
 from web.config import RelayConfig
-from web.gpu_challenges import new_gpu_challenge
-from web.rollcall import Proof, counted
-from web.stats import Contribution
-from web.transcripts import TranscriptError, check_transcript, transcript_body
+from web.map.stats import Contribution
+from web.proof.challenges import check_opened, on_commit, parse_opening
+from web.proof.gpu_challenges import new_gpu_challenge
+from web.proof.rollcall import Proof, counted
+from web.proof.transcripts import TranscriptError, check_transcript, transcript_body
 
 # run alone (tests/conftest.py): roll-call answers within a common deadline
 pytestmark = pytest.mark.alone
@@ -91,7 +91,7 @@ def registered(relay: RelayProcess, measured: dict[str, Any], gpu_factor: float 
                gpu_share: float | None = None) -> NodeKey:
     """A fresh key whose profile (the measured one, its GPU's fp32 claim x gpu_factor x gpu_share (share when
     None); CPU GFLOP/s and tokens/s x share) the relay accepted. Honest GPU nodes claim HONEST_SHARE of the CPU
-    and GPU_SHARE of the GPU: a GPU counts only beside a CPU proven at the same roll call (web/rollcall.py
+    and GPU_SHARE of the GPU: a GPU counts only beside a CPU proven at the same roll call (web/proof/rollcall.py
     counted), and here both share the same cores at that moment."""
     profile = json.loads(json.dumps(measured))
     gpu = share if gpu_share is None else gpu_share

@@ -1,6 +1,6 @@
 """A roll call sends a node's GPU challenge at the same moment as its SGEMM challenge (issue 28): both go out in
 the roll call's one send loop, back to back, are in flight on the session together, and each is finished on its
-own (web/challenge_desk.py keeps challenges by id). Whichever answer is judged first, the GPU counts only beside
+own (web/proof/challenge_desk.py keeps challenges by id). Whichever answer is judged first, the GPU counts only beside
 the SGEMM proof of the same roll call. In-process: a real Relay (its store on disk), sessions whose sends are
 captured, answers finished through the desk with the times a node would have taken (what is judged here is the
 bookkeeping, not the arithmetic: tests/test_gpu_rollcall.py answers with real adapters).
@@ -20,14 +20,14 @@ import pytest
 
 from tests.samples import sample_profile
 from tests.threaded import in_thread
-from web.challenge_desk import ChallengeDesk, Challengee
-from web.challenges import Challenge
+from web.api.summary import ProfileSummary
 from web.config import RelayConfig
+from web.map.stats import MICRO
+from web.proof.challenge_desk import ChallengeDesk, Challengee
+from web.proof.challenges import Challenge
+from web.proof.rollcall import RollCall
 from web.relay import Relay
-from web.rollcall import RollCall
-from web.stats import MICRO
 from web.store import Store
-from web.summary import ProfileSummary
 
 GPU_TFLOPS = 1.0  # a real GPU's fp32 claim (10x the floor): one GPU, counted when proven
 CPU_GFLOPS = 71.5  # tests/samples.py's claim, 2 instances

@@ -20,9 +20,9 @@ from fabric import FabricMap, UnknownNode
 from host_runner.live_client import LiveSession
 from tests.relay_process import RelayProcess
 from tests.samples import sample_profile
+from web.api.problems import Problem
 from web.config import RelayConfig
-from web.links import LinkBook
-from web.problems import Problem
+from web.map.links import LinkBook
 
 # run alone (tests/conftest.py): session RTTs become co-signed link samples
 pytestmark = pytest.mark.alone
@@ -82,11 +82,11 @@ def test_live_session_produces_cosigned_links_and_coordinates(tmp_path: Path) ->
 
 
 def test_a_sessions_edge_is_signed_again_only_when_it_tells_more() -> None:
-    """web/links.py landmark_sample_due: the first sample, the first with a bandwidth figure, an RTT that moved by
+    """web/map/links.py landmark_sample_due: the first sample, the first with a bandwidth figure, an RTT that moved by
     more than 20% and 2 ms, or one 300 s newer (a stable edge was re-signed every 3 pongs: 333 samples/s at
     10,000 sessions)."""
     from web.config import RelayConfig
-    from web.links import landmark_sample_due
+    from web.map.links import landmark_sample_due
 
     config = RelayConfig()
     held = {"rtt_ms": 10.0, "bw_mbps": 100.0, "measured_at": 1000}
@@ -276,7 +276,7 @@ def test_link_book_confirms_only_what_the_relay_measured() -> None:
 
 def test_coordinates_do_not_depend_on_the_process() -> None:
     """Vivaldi seeds come from the NodeId, not Python's per-process salted hash()."""
-    code = ("from web.links import LinkBook; from tests.test_links import link; from common.keys import NodeKey;"
+    code = ("from web.map.links import LinkBook; from tests.test_links import link; from common.keys import NodeKey;"
             "from nacl.signing import SigningKey as K; r, a = NodeKey(K(b'r' * 32)), NodeKey(K(b'a' * 32));"
             "b = LinkBook(r.node_id);"
             "s = link(a, r, rtt_ms=12.0, measured_at=1); b.add(s, True); print(b.coordinate(a.node_id).vec)")

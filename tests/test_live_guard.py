@@ -1,5 +1,6 @@
-"""What WS /v1/live lets in before parsing (web/live_guard.py), the relay's loop-lag record (web/loop_lag.py) and
-what an answer is forgiven for it (web/challenges.py), as pure functions: no relay process."""
+"""What WS /v1/live lets in before parsing (web/sessions/live_guard.py), the relay's loop-lag record
+(web/sessions/loop_lag.py) and
+what an answer is forgiven for it (web/proof/challenges.py), as pure functions: no relay process."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
+from web.api.ratelimit import TokenBuckets
 from web.config import RelayConfig
-from web.live import MAX_MESSAGE_BYTES, LiveError
-from web.live_guard import AddressGuard, address_key, close_reason, frame_type, max_opening_bytes, screen
-from web.loop_lag import LoopLag, lag_allowance, lag_forgiven
-from web.ratelimit import TokenBuckets
+from web.sessions.live import MAX_MESSAGE_BYTES, LiveError
+from web.sessions.live_guard import AddressGuard, address_key, close_reason, frame_type, max_opening_bytes, screen
+from web.sessions.loop_lag import LoopLag, lag_allowance, lag_forgiven
 
 CONFIG = RelayConfig()
 

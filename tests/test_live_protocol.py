@@ -1,4 +1,4 @@
-"""The live-session protocol as a pure state machine (web/live.py), time passed in: no sockets needed to
+"""The live-session protocol as a pure state machine (web/sessions/live.py), time passed in: no sockets needed to
 test RTT bookkeeping, the error budget or the bandwidth probe. The same code runs under the real relay in
 tests/test_relay_api.py, tests/test_links.py and tests/test_no_5xx.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from web.live import MAX_ERRORS, PING_ID_LIMIT, PINGS_KEPT, SAMPLES_PER_LINK, LiveError, Session
+from web.sessions.live import MAX_ERRORS, PING_ID_LIMIT, PINGS_KEPT, SAMPLES_PER_LINK, LiveError, Session
 
 NODE = "12D3KooWAbCdEfGhJkLmNpQrStUvWxYz1234567890abcdefghij"
 RELAY = "12D3KooWRelayRelayRelayRelayRelayRelayRelayRelayRel"
@@ -98,7 +98,7 @@ def test_link_body_after_enough_pongs() -> None:
 def test_a_probe_that_gave_no_figure_is_retried_at_the_next_chances_a_few_times() -> None:
     """A 256 KiB transfer within the RTT's noise gives no figure (loopback under load did, and the next probe
     came ~600 s later): the next chances probe again, up to FIRST_BW_TRIES, then only the draw decides."""
-    from web.live import FIRST_BW_TRIES
+    from web.sessions.live import FIRST_BW_TRIES
 
     s = Session("0" * 32)
     s.node_id, s.rtt_ms = NODE, 50.0
@@ -112,7 +112,7 @@ def test_a_probe_that_gave_no_figure_is_retried_at_the_next_chances_a_few_times(
 
 def test_the_first_heartbeat_proves_the_key_and_later_ones_stay_with_that_node() -> None:
     """The session's first heartbeat is verified (a forged one is refused); later ones over the same
-    connection are checked for schema, session, node and seq (web/live.py says why not their signature)."""
+    connection are checked for schema, session, node and seq (web/sessions/live.py says why not their signature)."""
     from capsule.signing import sign
     from common.keys import NodeKey
 

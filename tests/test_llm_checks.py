@@ -1,5 +1,5 @@
 """Reference-model answers against free identities (issue 28, attack 1): every answer is the token ids, and the
-relay checks one token of every answer (web/llm_checks.py). Cheaters run through the relay's own commit rule
+relay checks one token of every answer (web/proof/llm_checks.py). Cheaters run through the relay's own commit rule
 (web/challenges.on_commit draws the checked token) and roll-call arithmetic (web/rollcall.shown); the model's
 own check runs on the real reactor."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from common.reactor import Reactor
-from web.challenges import new_llm_challenge, on_commit
 from web.config import RelayConfig
-from web.llm_checks import check_positions, draw_checked, expected_counted, pass_chance, relay_cost_share
-from web.rollcall import shown, stop_after_s, work_s
+from web.proof.challenges import new_llm_challenge, on_commit
+from web.proof.llm_checks import check_positions, draw_checked, expected_counted, pass_chance, relay_cost_share
+from web.proof.rollcall import shown, stop_after_s, work_s
 
 CONFIG = RelayConfig()
 BEACON = {"round": 7, "value": "ab" * 32, "issued_at": 1000.0}

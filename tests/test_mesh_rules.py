@@ -26,7 +26,7 @@ from common.multiaddrs import multiaddr_problem, parse_multiaddrs
 from tests.relay_process import CLI, RelayProcess, free_port
 from tests.samples import sample_profile
 from web.mesh.messages import canonical_message, judge, scoreboard_body
-from web.rollcall import RollCall
+from web.proof.rollcall import RollCall
 
 PROFILES, NETGRAPH, SCOREBOARD = "ce-bench/profiles/1", "ce-netgraph", "ce-bench/scoreboard/1"
 TOPICS = (PROFILES, NETGRAPH, SCOREBOARD)
@@ -436,16 +436,18 @@ def test_the_whole_mesh_gets_one_http_clients_allowance() -> None:
     async def take_link(body: bytes, now: float) -> None:
         taken.append(body)
 
-    async def flood() -> RelayMesh:
+    async def flood() -> tuple[RelayMesh, float]:
         mesh = RelayMesh(bytes(32), "/ip4/127.0.0.1/tcp/0", (), A, take_profile, take_link, lambda held, s: True,
                          intake_rate_per_s=50.0, intake_burst=100)
+        started = time.monotonic()
         for i in range(250):
             mesh._spawn("ce-bench/profiles/1", b"%d" % i)
         await asyncio.sleep(0.05)
-        return mesh
+        return mesh, time.monotonic() - started
 
-    mesh = asyncio.run(flood())
-    assert 100 <= len(taken) <= 110, len(taken)  # the burst, and what 50/s refilled meanwhile
+    mesh, took_s = asyncio.run(flood())
+    # the burst, and what 50/s refilled meanwhile (on a busy machine the 250 arrivals take longer than 0.05 s)
+    assert 100 <= len(taken) <= 100 + 50 * took_s + 1, (len(taken), took_s)
     assert mesh.outcomes["NodeProfile:rate_limited"] == 250 - len(taken)
 
 
@@ -472,7 +474,7 @@ def test_a_relay_serves_while_its_libp2p_host_starts(tmp_path: Path, monkeypatch
 
     import httpx
 
-    from web.app import create_app
+    from web.api.app import create_app
     from web.config import RelayConfig
     from web.mesh.relay_mesh import RelayMesh
 

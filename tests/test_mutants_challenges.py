@@ -1,4 +1,4 @@
-"""Tests that kill mutants of web/challenges.py (scripts/mutants) that tests/test_challenges.py left alive:
+"""Tests that kill mutants of web/proof/challenges.py (scripts/mutants) that tests/test_challenges.py left alive:
 the RTT allowance and the deadlines at their exact edges, the physics bound, and what the history keeps."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from capsule import plausibility
 from capsule.challenge import ChallengeError, encode_row, instance_seed, product_seed, tree_width
 from capsule.cpu_challenge import commitment_root, leaf_hash, node_hash, product_root
-from web.challenges import (
+from web.config import RelayConfig
+from web.proof.challenges import (
     Challenge,
     implausible,
     net_time_s,
@@ -24,7 +25,6 @@ from web.challenges import (
     on_commit,
     parse_opening,
 )
-from web.config import RelayConfig
 
 CONFIG = RelayConfig()
 BEACON: dict[str, Any] = {"round": 7, "value": "ab" * 32}
@@ -268,7 +268,7 @@ def test_an_llm_commitment_is_1_to_decode_token_ids_in_the_vocabulary() -> None:
 
 def test_the_checked_token_is_drawn_uniformly_over_the_answer() -> None:
     """Every index of an answer is drawn (the last one too), about equally often: a guess anywhere is caught
-    with the chance of being drawn (web/llm_checks.py)."""
+    with the chance of being drawn (web/proof/llm_checks.py)."""
     rng = random.Random(5)
     seen = [0] * 10
     for _ in range(5000):

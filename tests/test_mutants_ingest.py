@@ -1,4 +1,4 @@
-"""web/ingest.py beyond tests/test_relay_core.py: every refusal of POST /v1/profiles as a client reads it
+"""web/api/ingest.py beyond tests/test_relay_core.py: every refusal of POST /v1/profiles as a client reads it
 (status, code, title, detail, field, headers), each time bound at its edge, what replaces a stored profile,
 and the per-node rate limit (mutation testing: scripts/mutants)."""
 
@@ -17,12 +17,12 @@ from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import parse
 from common.keys import NodeKey
 from tests.samples import mutated, sample_profile
-from web.atlas import Atlas
+from web.api.ingest import BeaconBook, Ingest, VerifiedProfile, parse_json, verify_body, verify_profile
+from web.api.problems import Problem
+from web.api.summary import ProfileSummary
 from web.beacon import next_round
 from web.config import RelayConfig
-from web.ingest import BeaconBook, Ingest, VerifiedProfile, parse_json, verify_body, verify_profile
-from web.problems import Problem
-from web.summary import ProfileSummary
+from web.map.atlas import Atlas
 
 ISSUED = 1_000_000
 NOW = ISSUED + 20

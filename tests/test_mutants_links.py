@@ -1,4 +1,4 @@
-"""web/links.py's LinkBook beyond tests/test_links.py: the triangle's two bounds at their edges and the refusal
+"""web/map/links.py's LinkBook beyond tests/test_links.py: the triangle's two bounds at their edges and the refusal
 a node reads, the relay's config, newer-only samples, both endpoints moving as Serf clients that see each
 other's coordinate from before the sample, rebuilding from storage, and the throttled mesh block (mutation
 testing: scripts/mutants). Samples here are verified already (the book does not check signatures)."""
@@ -11,9 +11,9 @@ import pytest
 
 from fabric.defence import guarded_coordinates
 from fabric.vivaldi import Coordinate, VivaldiNode
+from web.api.problems import Problem
 from web.config import RelayConfig
-from web.links import MESH_REFRESH_S, REFIT_CONFIG, LinkBook, coordinate_seed
-from web.problems import Problem
+from web.map.links import MESH_REFRESH_S, REFIT_CONFIG, LinkBook, coordinate_seed
 
 R = "relay"
 
@@ -187,7 +187,7 @@ def test_the_mesh_block_uses_the_monotonic_clock_by_default() -> None:
 
 
 def test_a_relays_own_edge_is_sent_again_only_when_it_moved_or_aged() -> None:
-    from web.links import worth_gossiping
+    from web.map.links import worth_gossiping
 
     config = RelayConfig()  # 20% and 2 ms, 60 s apart at least; or 300 s
     sent = sample(R, "a", 40.0, measured_at=1000)

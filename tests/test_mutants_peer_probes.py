@@ -1,4 +1,4 @@
-"""Tests that kill mutants of web/peer_probes.py (scripts/mutants) the broker's tests in test_peer_probes.py
+"""Tests that kill mutants of web/map/peer_probes.py (scripts/mutants) the broker's tests in test_peer_probes.py
 left alive: limits at their exact edges and the codes and texts a node reads."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from web.config import RelayConfig
-from web.live import LiveError
-from web.peer_probes import MAX_SDP_CHARS, PeerBroker, PeerProbe
+from web.map.peer_probes import MAX_SDP_CHARS, PeerBroker, PeerProbe
+from web.sessions.live import LiveError
 
 SDP = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\n"
 
@@ -73,7 +73,7 @@ def test_taking_part_again_keeps_the_probe_in_flight_and_a_new_node_id_replaces_
     assert b.peers(probe.offerer.session, probe.offerer.node_id, ["webrtc"]) == []
     assert b.participants[probe.offerer.session] is probe.offerer
     assert {to for to, _ in b.finish(probe, "measured")} == {"s0", "s1"}  # both are still the ones it paired
-    # the relay keeps a session to one node (web/live.py's wrong_node), but the broker does not lean on it:
+    # the relay keeps a session to one node (web/sessions/live.py's wrong_node), but the broker does not lean on it:
     # `peers` naming another node replaces the participant
     b.peers("s0", "n9", ["webrtc"])
     assert b.participants["s0"].node_id == "n9"
@@ -249,7 +249,7 @@ def test_a_probe_expires_only_once_more_than_the_timeout_has_passed_since_it_sta
 
 
 def test_a_probe_ended_while_its_sample_was_judged_finishes_with_nothing_sent_and_counts_once() -> None:
-    """web/peer_desk.py awaits the relay's judgement between sample() and finish(): a timeout may end it first."""
+    """web/map/peer_desk.py awaits the relay's judgement between sample() and finish(): a timeout may end it first."""
     b = _broker(peer_probe_timeout_s=30.0)
     probe = _started(b)
     b.offer(probe.offerer.session, {"probe": probe.probe, "sdp": SDP})

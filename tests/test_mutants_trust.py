@@ -1,4 +1,4 @@
-"""web/trust.py at its edges: the decay, the failure weights, the kept observations, every branch of judge()
+"""web/proof/trust.py at its edges: the decay, the failure weights, the kept observations, every branch of judge()
 in its order, the score and the stored state (scripts/mutants mutates the module against these)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from web.config import RelayConfig
-from web.trust import WRONG_ANSWER_CODES, Trust, failure_weight
+from web.proof.trust import WRONG_ANSWER_CODES, Trust, failure_weight
 
 C = RelayConfig()
 H = C.trust_half_life_s

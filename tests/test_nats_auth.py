@@ -1,4 +1,4 @@
-"""NATS with authorization (web/nats_auth.py, web/nats_local.py): real nats-servers and real relays.
+"""NATS with authorization (web/cluster/nats_auth.py, web/cluster/nats_local.py): real nats-servers and real relays.
 
 A client without credentials, or with wrong ones, cannot connect to the cluster's server, so it cannot publish
 the forged record a relay user can (the control: the same record, sent by the same code with a relay's
@@ -30,9 +30,9 @@ from tests.samples import sample_profile
 from tests.test_promises_relay import metric
 from tests.test_relay_cluster import eventually
 from tests.threaded import in_thread
-from web import cluster
+from web.cluster import nats_cluster as cluster
+from web.cluster.nats_auth import RELAY_SUBJECTS, relay_permissions
 from web.config import RelayConfig
-from web.nats_auth import RELAY_SUBJECTS, relay_permissions
 
 # run alone (tests/conftest.py): beacon rounds and digests cross the cluster within set times
 pytestmark = pytest.mark.alone
@@ -225,7 +225,8 @@ def test_processes_run_their_own_nats_server_that_refuses_anonymous_clients(tmp_
 
 
 def test_the_manual_shows_the_permissions_relays_get() -> None:
-    """docs/manual.md's nats.conf grants exactly what web/nats_auth.py grants a relay (a copied config works)."""
+    """docs/manual.md's nats.conf grants exactly what web/cluster/nats_auth.py grants a relay (a copied config
+    works)."""
     manual = (Path(__file__).resolve().parents[1] / "docs" / "manual.md").read_text()
     start = manual.index("# nats.conf (mode 0600)")
     conf = manual[start:manual.index("```", start)]

@@ -54,11 +54,11 @@ def test_node_backs_off_registers_stays_live_and_stops_on_sigterm(tmp_path: Path
 
 def test_challenge_shape_is_what_the_relay_will_ask() -> None:
     """The instances, SGEMM order and products a session warms are those of the relay's own roll-call
-    challenge (web/challenges.py new_challenge, from the profile's summary as web/summary.py reads it)."""
+    challenge (web/proof/challenges.py new_challenge, from the profile's summary as web/api/summary.py reads it)."""
     from host_runner.agent import CHALLENGE_MAX_INSTANCES, CORE_FLOOR_GFLOPS, ROLL_CALL_TARGET_S, challenge_shape
-    from web.challenges import new_challenge
+    from web.api.summary import instance_count, sgemm_order
     from web.config import RelayConfig
-    from web.summary import instance_count, sgemm_order
+    from web.proof.challenges import new_challenge
 
     config = RelayConfig()
     assert (config.challenge_max_instances, config.roll_call_target_s, config.core_floor_gflops) == (

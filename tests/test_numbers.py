@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from web.challenges import net_time_s, new_challenge
 from web.config import RelayConfig
-from web.rollcall import Proof, counted, on_time, shown, stop_after_s, work_s
-from web.stats import MICRO, MILLI, Contribution
-from web.trust import Trust
+from web.map.stats import MICRO, MILLI, Contribution
+from web.proof.challenges import net_time_s, new_challenge
+from web.proof.rollcall import Proof, counted, on_time, shown, stop_after_s, work_s
+from web.proof.trust import Trust
 
 CONFIG = RelayConfig()
 BEACON = {"round": 7, "value": "ab" * 32, "issued_at": 1_000}

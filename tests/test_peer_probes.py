@@ -1,4 +1,4 @@
-"""Node-to-node probes (issue 18, item 1): the pure broker (web/peer_probes.py), then real relays with real
+"""Node-to-node probes (issue 18, item 1): the pure broker (web/map/peer_probes.py), then real relays with real
 aiortc peers (host_runner/peer_probe.py) over 127.0.0.1: the pair's sample is co-signed and confirmed by the
 relay's own measurements, and every lie a pair can tell is refused or moves nothing."""
 
@@ -24,8 +24,8 @@ from tests.relay_process import RelayProcess
 from tests.test_links import register
 from tests.test_proven import until
 from web.config import RelayConfig
-from web.live import LiveError
-from web.peer_probes import PeerBroker
+from web.map.peer_probes import PeerBroker
+from web.sessions.live import LiveError
 
 # run alone (tests/conftest.py): both peers' RTTs must agree within 1.5x + 3 ms
 pytestmark = pytest.mark.alone
@@ -263,7 +263,7 @@ class RawNode:
         self.relay = hello(ws, key)
         self.held: list[dict[str, Any]] = []
         # pings answered at once from a thread of its own: a pong held back makes the relay's own edge long,
-        # and a long edge loosens what the triangle allows between two nodes (web/links.py)
+        # and a long edge loosens what the triangle allows between two nodes (web/map/links.py)
         self._closed = threading.Event()
         threading.Thread(target=self._pump_forever, daemon=True).start()
 

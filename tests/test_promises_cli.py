@@ -93,7 +93,7 @@ def test_verify_recompute_reproduces_a_server_profile_and_names_each_mismatch(tm
 
 
 def test_outbox_keeps_a_rate_limited_profile_for_the_run_after_and_a_refused_one_as_refused(tmp_path: Path) -> None:
-    """The relay's own per-node limit (web/ratelimit.py, --node-rate 0.1: one profile per 10 min after a burst of
+    """The relay's own per-node limit (web/api/ratelimit.py, --node-rate 0.1: one profile per 10 min after a burst of
     3) is really reached; a 429 keeps the profile in the outbox both when the run posts it and when the next
     run resends it. The relay's buckets live in memory, so a restart stands in for the ten minutes. A kept
     profile that the relay then refuses for another reason (a newer profile of the node reached it meanwhile:

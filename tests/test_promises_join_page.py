@@ -407,7 +407,7 @@ def test_a_hidden_tab_answers_no_challenges_and_answers_again_when_shown(devtool
         assert devtools.evaluate(join_tab, "document.visibilityState") == "hidden"
         time.sleep(0.3)
         said = devtools.frames_received(join_tab, hidden_from, "Sent")
-        assert {"type": "hello", "answers": []} in said, said  # the tab opts out (web/challenges.py protocol)
+        assert {"type": "hello", "answers": []} in said, said  # the tab opts out (web/proof/challenges.py protocol)
         time.sleep(3)  # a challenge already answered when the tab was hidden is judged (one that arrived after is
         # ignored: late, in 20 s)
         devtools.frames_received(join_tab)  # read what came so far

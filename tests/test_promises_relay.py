@@ -7,7 +7,7 @@ the real relay (tests/relay_process.py), the real `ce-bench node`, a real nats-s
 - the relay-wide bandwidth-probe budget (web/config.py bw_probe_budget_mbps): many live sessions that all
   want probes get no more than the budget;
 - a relay of a NATS cluster refuses forged records that arrive over NATS, on the live subject and in the
-  key-value bucket it catches up from (web/cluster.py re-verifies everything).
+  key-value bucket it catches up from (web/cluster/nats_cluster.py re-verifies everything).
 """
 
 from __future__ import annotations

@@ -325,7 +325,8 @@ def test_the_operator_sees_roll_calls_trust_changes_and_the_relays_view(tmp_path
             text = until("a counted roll call and a trust change in the node's log", 240, logged)
             assert proc.poll() is None, text
             node_id = text.split("ce-bench node: ")[1].split(" ->")[0]
-            # the edge its live session co-signs needs 3 pongs that waited for no challenge (web/live.py), which
+            # the edge its live session co-signs needs 3 pongs that waited for no challenge (web/sessions/live.py),
+            # which
             # may come after the roll call that counted it: a node is challenged every second until verified (a
             # run of this module alone, 2026-12-05: no link yet when the log said counted)
             until("the node <-> relay edge on /netgraph", 30, lambda: any(

@@ -1,5 +1,5 @@
-"""A cluster that grows by region (issue 32, item 4): the rules as pure functions (web/regions.py,
-web/handoff.py), then real relays of two regions on real nats-servers (a JetStream hub, one leaf server per
+"""A cluster that grows by region (issue 32, item 4): the rules as pure functions (web/cluster/regions.py,
+web/cluster/handoff.py), then real relays of two regions on real nats-servers (a JetStream hub, one leaf server per
 region): a region's digests and link samples never reach the other region's relays, a node is counted once on
 the network's scoreboard, and a node that moves keeps its trust and is never counted in both."""
 
@@ -17,9 +17,9 @@ from tests.nats_regions import NatsRegions
 from tests.relay_process import RelayProcess
 from tests.test_proven import HONEST_SHARE, ROLL, node, registered, until
 from tests.test_proven_cluster import metric
-from web.handoff import Moves, adopt, ask_body
-from web.regions import RegionBoard, Subjects, check_region
-from web.trust import Trust
+from web.cluster.handoff import Moves, adopt, ask_body
+from web.cluster.regions import RegionBoard, Subjects, check_region
+from web.proof.trust import Trust
 
 # --- the rules ----------------------------------------------------------------------------------------------
 

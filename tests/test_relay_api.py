@@ -105,7 +105,7 @@ def test_refusals_have_stable_codes_and_fields(relay: RelayProcess) -> None:
 
 
 def test_verification_in_worker_processes_answers_the_same(tmp_path: Path) -> None:
-    """--verify-workers moves JSON/schema/signature checks into worker processes (web/verify_pool.py): the
+    """--verify-workers moves JSON/schema/signature checks into worker processes (web/api/verify_pool.py): the
     answers must not change, refusals included, and nothing may hang when a worker is busy or gone."""
     with RelayProcess(tmp_path / "data", "--verify-workers", "1") as relay:
         beacon = beacon_of(relay)
@@ -357,7 +357,7 @@ def test_live_sessions_are_not_compressed(tmp_path: Path) -> None:
 
 
 def test_the_odds_are_served_from_the_relays_config(relay: RelayProcess) -> None:
-    """GET /v1/checks: the published odds of this relay's own config (web/checks.py), documented in the
+    """GET /v1/checks: the published odds of this relay's own config (web/proof/checks.py), documented in the
     OpenAPI document; no roll call has judged an answer yet, so the false-reject rate is null with the reason."""
     status, body, _ = relay.get("/v1/checks")
     assert status == 200, body

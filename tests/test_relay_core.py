@@ -9,15 +9,15 @@ import pytest
 
 from common.keys import NodeKey
 from tests.samples import sample_profile
-from web.atlas import Atlas
+from web.api.ingest import BeaconBook, Ingest
+from web.api.problems import Problem
+from web.api.ratelimit import TokenBuckets
+from web.api.summary import ProfileSummary
 from web.beacon import next_round
 from web.config import RelayConfig
-from web.ingest import BeaconBook, Ingest
-from web.liveness import Liveness
-from web.problems import Problem
-from web.ratelimit import TokenBuckets
-from web.stats import Contribution, FabricStats
-from web.summary import ProfileSummary
+from web.map.atlas import Atlas
+from web.map.stats import Contribution, FabricStats
+from web.sessions.liveness import Liveness
 
 CONFIG = RelayConfig()
 

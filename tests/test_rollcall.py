@@ -1,4 +1,5 @@
-"""The pure rules of roll calls and challenge timing (web/rollcall.py, web/challenges.py): which rounds start a
+"""The pure rules of roll calls and challenge timing (web/proof/rollcall.py, web/proof/challenges.py): which rounds
+start a
 roll call, what a node counts from what it proved, and time that cannot be bought."""
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import random
 import pytest
 
 from capsule import plausibility
-from web.challenges import implausible, net_time_s, new_challenge, new_llm_challenge
 from web.config import RelayConfig
-from web.rollcall import (
+from web.map.stats import MICRO, MILLI, Contribution
+from web.proof.challenges import implausible, net_time_s, new_challenge, new_llm_challenge
+from web.proof.rollcall import (
     Proof,
     counted,
     draw,
@@ -24,7 +26,6 @@ from web.rollcall import (
     stop_after_s,
     work_s,
 )
-from web.stats import MICRO, MILLI, Contribution
 
 CONFIG = RelayConfig()
 BEACON = {"round": 7, "value": "ab" * 32, "issued_at": 1_000}
@@ -100,7 +101,7 @@ def roll_call_total(claims: list[float], machine: float, order: list[int] | None
 
 
 def test_one_machine_counts_at_most_the_deadline_factor_however_it_answers() -> None:
-    """The bound of web/rollcall.py's shown(): N identities of one machine, any claims, answered one after
+    """The bound of web/proof/rollcall.py's shown(): N identities of one machine, any claims, answered one after
     another in any order or all at once, count at most deadline_factor x the machine at one roll call (with
     throughput alone, k identities answered in turn counted 1 + 1/2 + ... + 1/k of it)."""
     import random
@@ -210,7 +211,7 @@ def cpu_and_gpu_total(rng: random.Random, machine: float, same_moment: bool, con
     (numpy: nothing in a GPU challenge needs a GPU). The machine splits its time among the answers in flight by
     random weights (nearly strict priorities among them). An SGEMM answer commits the products it finished at a
     moment of its choosing; a GPU answer counts only when all the work it was given (claim x target) is done by
-    the deadline, and only beside an SGEMM proof of the same identity (web/rollcall.py counted).
+    the deadline, and only beside an SGEMM proof of the same identity (web/proof/rollcall.py counted).
     same_moment: both challenges are sent at once (now); else the SGEMM challenges at one moment and the GPU
     ones at another, each with the whole machine (before)."""
     deadline = config.roll_call_deadline_factor * config.roll_call_target_s
@@ -324,7 +325,7 @@ def test_a_roll_call_as_the_relay_lists_it() -> None:
     """GET /v1/roll-calls rows (RollCall.to_json): counts, sorted distinct failure codes, times and spreads
     rounded, the llm phase in its own block, the GPU challenges (sent with the SGEMM ones: the roll call's
     own moment and spread) in theirs, the proven totals as given."""
-    from web.rollcall import RollCall
+    from web.proof.rollcall import RollCall
 
     call = RollCall("42-abcdefgh", 42, 1000.12345, challenged={"a", "b", "c"}, answered={"a"},
                     failed={"b": "late", "c": "after_deadline", "d": "late"}, send_spread_ms=1.23456,

@@ -12,9 +12,9 @@ from typing import Any
 
 from tests.samples import sample_profile
 from tests.threaded import in_thread
+from web.api.summary import ProfileSummary
 from web.config import RelayConfig
 from web.relay import Relay
-from web.summary import ProfileSummary
 
 
 def test_solo_challenges_of_one_address_come_at_one_moment(tmp_path: Path) -> None:

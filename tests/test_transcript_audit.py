@@ -22,10 +22,10 @@ from common.keys import NodeKey
 from tests.samples import sample_profile
 from tests.threaded import in_thread
 from tests.transcripts import answered_transcript
+from web.api.summary import ProfileSummary
 from web.config import RelayConfig
+from web.proof.transcripts import PeerAudit, TranscriptError, audit_drawn
 from web.relay import Relay
-from web.summary import ProfileSummary
-from web.transcripts import PeerAudit, TranscriptError, audit_drawn
 
 
 def test_the_draw_follows_the_fraction_and_the_relays_secret() -> None:
@@ -158,8 +158,8 @@ def llm_transcript(reactor: Path, relay_id: str, node_id: str, nonce: str) -> di
     import time
 
     from common.reactor import Reactor
-    from web.challenges import new_llm_challenge, on_commit
-    from web.transcripts import transcript_body
+    from web.proof.challenges import new_llm_challenge, on_commit
+    from web.proof.transcripts import transcript_body
 
     config = RelayConfig()
     beacon: dict[str, Any] = {"round": 1, "value": "ab" * 32}

@@ -198,7 +198,8 @@ def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
                                # no roll calls: nine nodes answering one at once on two cores starve the
                                # user-space router, and every RTT of those seconds with it (a test artifact: in
                                # the world each node is its own machine). A node's own pongs that wait for a
-                               # challenge stay out of its link samples (web/live.py, tests/test_live_protocol.py).
+                               # challenge stay out of its link samples (web/sessions/live.py,
+                               # tests/test_live_protocol.py).
                                "--roll-call-interval-s", "100000",
                                log=tmp_path / f"relay{h}.log"))
         for h in RELAYS:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from host_runner.challenge_answer import SgemmAnswer
-from web.challenges import check_opened, new_challenge, on_commit, parse_opening
 from web.config import RelayConfig
-from web.transcripts import transcript_body
+from web.proof.challenges import check_opened, new_challenge, on_commit, parse_opening
+from web.proof.transcripts import transcript_body
 
 
 def answered_transcript(reactor: Path, relay_id: str, node_id: str, claimed_gflops: float = 40.0,

@@ -91,7 +91,7 @@ def _multiaddr_option(ctx: click.Context, param: click.Parameter, value: Any) ->
 
 
 def _region_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from web.regions import check_region
+    from web.cluster.regions import check_region
 
     try:
         return None if value is None else check_region(value)
@@ -178,7 +178,7 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def tls_files(config: RelayConfig, tls: bool) -> tuple[Path, Path] | None:
     if not tls:
         return None
-    from web.tls import TlsError, self_signed
+    from web.api.tls import TlsError, self_signed
 
     try:
         return self_signed(config.data_dir, config.host)
@@ -188,12 +188,12 @@ def tls_files(config: RelayConfig, tls: bool) -> tuple[Path, Path] | None:
 
 def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = None,
           sock: socket.socket | None = None) -> None:
-    """Runs one relay until SIGTERM/SIGINT; on `sock` (bound already: web/processes.py) when given."""
+    """Runs one relay until SIGTERM/SIGINT; on `sock` (bound already: web/cluster/processes.py) when given."""
     import uvicorn
 
-    from web import logs
-    from web.app import create_app
-    from web.live_guard import max_frame_bytes
+    from web.api import logs
+    from web.api.app import create_app
+    from web.sessions.live_guard import max_frame_bytes
 
     logs.configure(log_level)
     try:
@@ -215,7 +215,7 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
             # a compressed probe would not time the link); the JSON frames are a few hundred bytes
             ws_per_message_deflate=False,
             # frames beyond the largest legitimate one (a 64-instance opening) are refused by the protocol
-            # layer (close 1009) before their payload is read (web/live_guard.py)
+            # layer (close 1009) before their payload is read (web/sessions/live_guard.py)
             ws_max_size=max_frame_bytes(config)))
         logs.quiet_client_junk()  # after uvicorn.Config, which configures its loggers
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down gracefully for
@@ -232,8 +232,8 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
                    "loopback only, one user each): one process holds ~1,000-5,000 live sessions per core")
 def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) -> None:
     """Run a relay: verify and store profiles, serve the atlas, the scoreboard and the beacon."""
-    from web.nats_auth import check
-    from web.processes import local_nats, process_configs, run_processes
+    from web.cluster.nats_auth import check
+    from web.cluster.processes import local_nats, process_configs, run_processes
 
     if processes > 1 and config.port == 0:
         raise UserError("--processes needs a fixed --port: with port 0 each process would take another port")

@@ -13,7 +13,7 @@ class RelayConfig:
     data_dir: Path = Path("ce-relay-data")
     # NATS server URL for a relay cluster (None: this relay stands alone on its SQLite store).
     nats_url: str | None = None
-    # The NATS user this relay connects as (web/nats_auth.py): a user of the nats-server's authorization block,
+    # The NATS user this relay connects as (web/cluster/nats_auth.py): a user of the nats-server's authorization block,
     # its password read from nats_password_file (one line, mode 0600) or the CE_NATS_PASSWORD environment
     # variable, never from the command line (`ps` shows that to every local user). None: no credentials, which
     # only a server without authorization accepts, and there anyone who connects may publish records on the
@@ -23,14 +23,14 @@ class RelayConfig:
     # Where nodes reach this relay (http[s]://HOST:PORT), announced in its live digests: the nodes of the
     # other relays of the cluster probe it as a landmark (WS /v1/probe). None: not announced.
     public_url: str | None = None
-    # Landmark probes (web/probe_endpoint.py): pings this far apart, each step answered within the timeout.
+    # Landmark probes (web/map/probe_endpoint.py): pings this far apart, each step answered within the timeout.
     probe_ping_gap_s: float = 0.1
     probe_step_timeout_s: float = 5.0
     # The relays of a cluster probe each other (WS /v1/probe of each peer's public_url) this often: the
-    # landmarks' own mesh, on which the coordinate fit places every node (web/links.py).
+    # landmarks' own mesh, on which the coordinate fit places every node (web/map/links.py).
     landmark_mesh_interval_s: float = 60.0
     nats_bucket: str = "ce-atlas"
-    # A cluster that grows by region (web/regions.py, docs/cluster.md "Regions"): this relay's region. Its
+    # A cluster that grows by region (web/cluster/regions.py, docs/cluster.md "Regions"): this relay's region. Its
     # liveness digests, link samples and challenge transcripts stay on the region's subjects (NATS forwards
     # them over a leaf connection only where someone subscribes), and its roll-call totals are published for
     # the other regions to sum. None: one flat cluster, every subject shared.
@@ -79,7 +79,7 @@ class RelayConfig:
     # every 10 s) and its bytes from ~250 KB to ~30 KB; the relay parses and acks no heartbeats. False: clients
     # keep signing a heartbeat every interval / 2 (the protocol before 2026-12-06; relays accept both).
     liveness_by_pongs: bool = True
-    # Cluster liveness (web/digests.py): each relay publishes, once per heartbeat interval and only on change,
+    # Cluster liveness (web/cluster/digests.py): each relay publishes, once per heartbeat interval and only on change,
     # a signed digest of the nodes that came and went on it, and the whole set every this many intervals
     # (60 s by default), so a relay that starts or missed a digest is current within that time.
     digest_full_every: int = 6
@@ -104,11 +104,11 @@ class RelayConfig:
     # Per node: profiles per minute and burst; a node re-benchmarks rarely.
     node_rate_per_min: float = 6.0
     node_burst: int = 3
-    # WS /v1/live, per source address (an IPv6 /64 counts as one address: web/live_guard.py). Live sessions
+    # WS /v1/live, per source address (an IPv6 /64 counts as one address: web/sessions/live_guard.py). Live sessions
     # open at once: far above one household, since a carrier-grade NAT puts many phones behind one IPv4 address.
     live_sessions_per_address: int = 256
     # Bytes per second an address may send over all its live sessions, and their burst (bytes). The largest
-    # legitimate frame is a 64-instance SGEMM opening, 1.64 MB (web/live_guard.py max_opening_bytes): the
+    # legitimate frame is a 64-instance SGEMM opening, 1.64 MB (web/sessions/live_guard.py max_opening_bytes): the
     # burst holds five, and the rate pays one back in 13 s (roll calls are >= 100 s apart). Over it, the
     # session is closed (1013) and new ones are refused (HTTP 429) until the debt is paid back.
     live_bytes_per_s_per_address: float = 128 * 1024
@@ -116,11 +116,11 @@ class RelayConfig:
 
     # Links between two nodes are checked against the relay's own RTT to each (the triangle inequality):
     # refused above factor * (rtt_a + rtt_b) + slack; unconfirmed below (|rtt_a - rtt_b| - slack) / factor
-    # (web/links.py says why the sides differ). Internet paths do violate the inequality (a detour can beat
+    # (web/map/links.py says why the sides differ). Internet paths do violate the inequality (a detour can beat
     # a congested direct route), rarely by more than 2x; the slack covers timer and event-loop noise (ms).
     link_tiv_factor: float = 2.0
     link_slack_ms: float = 5.0
-    # Coordinates are refitted from every sample held (web/links.py refit: deterministic, so every relay of a
+    # Coordinates are refitted from every sample held (web/map/links.py refit: deterministic, so every relay of a
     # cluster serves the same) this often when samples changed, within a budget of Vivaldi updates per refit
     # (200 passes over up to 250 confirmed edges; fewer passes beyond: ~0.3 s of CPU here).
     link_refit_interval_s: float = 10.0
@@ -140,7 +140,7 @@ class RelayConfig:
     link_gossip_min_interval_s: float = 60.0
     link_gossip_every_s: float = 300.0
 
-    # Node-to-node probes (web/peer_probes.py): a node offers a probe at most once per interval and answers
+    # Node-to-node probes (web/map/peer_probes.py): a node offers a probe at most once per interval and answers
     # others' (so ~2 probes a minute per node at 60 s: ~20 KB/min of a phone's plan at the ~10 KB a WebRTC
     # probe costs with its DTLS handshake, BENCHMARKS.md); a probe not measured within the timeout ends; a pair
     # is measured again at most once per repeat interval; the share of offers that go to the predicted nearest
@@ -154,7 +154,7 @@ class RelayConfig:
     # (phones on carrier networks); none by default, so only host candidates (same LAN, public addresses).
     peer_ice_servers: tuple[str, ...] = ()
 
-    # Challenges (web/challenges.py): the relay measures each node itself. A session opts in with a hello
+    # Challenges (web/proof/challenges.py): the relay measures each node itself. A session opts in with a hello
     # (clients that cannot answer stay unverified rather than failing). The work is sized so the node's
     # claimed speed needs challenge_target_s: long enough that the session's RTT and the capsule's
     # instantiation (~50 ms measured) are small beside it, short enough to cost a phone little.
@@ -192,7 +192,7 @@ class RelayConfig:
     # CPU itself) its answer would take the SGEMM answer's cores.
     gpu_floor_tflops: float = 0.1
     # Every third round of a session that answers "llm" is a reference-model challenge (tokens/s). The relay
-    # checks one token of every answer, drawn after it arrived (web/llm_checks.py: a prefill and one pass on
+    # checks one token of every answer, drawn after it arrived (web/proof/llm_checks.py: a prefill and one pass on
     # its own reactor); a wrong token flags at once.
     challenge_llm_every: int = 3
     # Share of a peer relay's passed SGEMM and GPU transcripts this relay re-checks (proofs and entries: ~4 ms
@@ -212,7 +212,7 @@ class RelayConfig:
     transcript_max_age_s: float = 60.0
     reactor_wasm: Path = Path(__file__).resolve().parents[1] / "build" / "capsule-reactor.wasm"
 
-    # Roll calls (web/rollcall.py): at moments drawn from the beacon, every live session that answers
+    # Roll calls (web/proof/rollcall.py): at moments drawn from the beacon, every live session that answers
     # challenges is challenged at once (SGEMM, and in the same sends the GPU of a node that claims one and
     # answers "gpu": answered side by side, so one piece of silicon is never counted twice), and again, all at
     # once, for the reference model roll_call_llm_offset_s later (after every SGEMM and GPU answer is due).
@@ -225,13 +225,13 @@ class RelayConfig:
     # deadline is what makes simultaneity hold: identities of one machine answered one after another finish
     # one after another, and all but the first miss it (with throughput alone, the k-th of them would still
     # count 1/k of the machine: 4 identities counted 2.1x). Whatever a machine does, what it counts at one
-    # roll call is at most deadline x cap_factor-bounded (web/rollcall.py has the bound). 1 s: ten times a
+    # roll call is at most deadline x cap_factor-bounded (web/proof/rollcall.py has the bound). 1 s: ten times a
     # 100 ms RTT.
     # Credit for the work done by the deadline: a roll call's SGEMM challenge names more products than the
     # claim needs (roll_call_work_headroom x the deadline's worth at the claim) and tells the node to stop
     # roll_call_stop_share x the deadline after it arrived (its own clock; the rest is for the product in
     # progress, the commitment and the network); the node commits the products it finished and the relay
-    # counts their work (web/rollcall.py shown): a busy node counts what it still does instead of nothing.
+    # counts their work (web/proof/rollcall.py shown): a busy node counts what it still does instead of nothing.
     # 200 s: a phone on the join page is counted during a visit of a few minutes (each eligible moment, every
     # roll_call_min_gap_s = 100 s, starts one with chance 0.5: the first count ~50-100 s after joining at the
     # median, within 5 min 7 times in 8), for about 1% of its CPU time and ~0.5 MB/h (docs/protocol.md,
@@ -247,17 +247,17 @@ class RelayConfig:
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
     roll_call_min_gap_s: float = 100.0     # > the llm offset + its answers: one roll call at a time
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
-    # The relay's own event-loop lag never counts against a node (web/loop_lag.py: a task wakes every
+    # The relay's own event-loop lag never counts against a node (web/sessions/loop_lag.py: a task wakes every
     # loop_lag_interval_s, s, and records how late it woke). Where the longest stall during an answer's window
     # exceeds loop_lag_allowance_min_s (timer noise is ~1 ms), the answer's timeouts are extended by it, and a
     # roll-call answer after the deadline by no more than it counts as arriving at the deadline
-    # (web/loop_lag.py lag_forgiven). At most loop_lag_allowance_max_s is forgiven: 40% of the 1.25 s
+    # (web/sessions/loop_lag.py lag_forgiven). At most loop_lag_allowance_max_s is forgiven: 40% of the 1.25 s
     # deadline, so a node that could make the relay stall gains at most that much time.
     loop_lag_interval_s: float = 0.05
     loop_lag_allowance_min_s: float = 0.05
     loop_lag_allowance_max_s: float = 0.5
 
-    # Trust (web/trust.py). Counters halve every trust_half_life_s.
+    # Trust (web/proof/trust.py). Counters halve every trust_half_life_s.
     trust_half_life_s: float = 6 * 3600.0
     trust_min_passes: int = 2            # passed challenges before a node counts as verified
     # Flagged when the claim exceeds the best observed throughput by more than this factor. Identical runs

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.keys import NodeKey
-from web.atlas import Atlas
+from web.api.ingest import BeaconBook
+from web.api.metrics import Metrics
 from web.config import RelayConfig
-from web.ingest import BeaconBook
-from web.metrics import Metrics
+from web.map.atlas import Atlas
 from web.store import Store
 
 
@@ -36,7 +36,7 @@ class Core:
 
 
 class ClusterLink(Protocol):
-    """What the desks ask of the NATS cluster (web/cluster.py Cluster)."""
+    """What the desks ask of the NATS cluster (web/cluster/nats_cluster.py Cluster)."""
 
     def publish_transcript(self, body: dict[str, Any]) -> None: ...
 
@@ -64,7 +64,7 @@ class Outbox:
 
     def publish_transcript(self, body: dict[str, Any]) -> None:
         """A finished challenge's transcript: the other relays of the cluster re-check it and keep the same
-        trust (web/transcripts.py)."""
+        trust (web/proof/transcripts.py)."""
         if self.cluster is not None:
             self.cluster.publish_transcript(body)
 

@@ -1,5 +1,5 @@
 """The relay process: wires the pure parts (ingest, atlas, beacon, liveness) to storage, time, tasks and
-the cluster. The Starlette app (web/app.py) is a thin adapter over this object."""
+the cluster. The Starlette app (web/api/app.py) is a thin adapter over this object."""
 
 from __future__ import annotations
 
@@ -15,24 +15,24 @@ from capsule.peerid import PeerIdError
 from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
 from common.keys import load_or_create
-from web.atlas import Atlas
+from web.api.ingest import BeaconBook, Ingest, parse_json
+from web.api.metrics import Metrics
+from web.api.problems import Problem
+from web.api.ratelimit import TokenBuckets
+from web.api.summary import ProfileSummary
+from web.api.verify_pool import VerifyPool
 from web.beacon import next_round
-from web.challenge_desk import ChallengeDesk
 from web.config import RelayConfig
 from web.gc_policy import GcPolicy
-from web.ingest import BeaconBook, Ingest, parse_json
-from web.links import LinkBook, fitted_book, worth_gossiping
-from web.live_guard import AddressGuard
-from web.loop_lag import LoopLag
-from web.metrics import Metrics
+from web.map.atlas import Atlas
+from web.map.links import LinkBook, fitted_book, worth_gossiping
+from web.map.peer_desk import PeerDesk
 from web.parts import Core, Outbox
-from web.peer_desk import PeerDesk
-from web.problems import Problem
-from web.ratelimit import TokenBuckets
-from web.roll_caller import STORE_KEY
+from web.proof.challenge_desk import ChallengeDesk
+from web.proof.roll_caller import STORE_KEY
+from web.sessions.live_guard import AddressGuard
+from web.sessions.loop_lag import LoopLag
 from web.store import Store, StoreError
-from web.summary import ProfileSummary
-from web.verify_pool import VerifyPool
 
 log = logging.getLogger("ce.relay")
 
@@ -63,7 +63,7 @@ class Relay:
         # no burst: probes that leave together queue behind each other on the relay's uplink (measured: 64 at
         # once put 200 ms on the heartbeat acks of a 100-session relay)
         self.bw_probe_budget = TokenBuckets(config.bw_probes_per_s, 1)
-        self.cluster: Any = None  # web.cluster.Cluster when --nats is given
+        self.cluster: Any = None  # web.cluster.nats_cluster.Cluster when --nats is given
         self.mesh: Any = None  # web.mesh.relay_mesh.RelayMesh once its host listens (none with --no-libp2p)
         self.mesh_error: str | None = None  # why the libp2p host did not start, if it did not
         self.mesh_starting: asyncio.Task[None] | None = None  # the host coming up beside the relay (start())
@@ -115,8 +115,8 @@ class Relay:
                        asyncio.create_task(self.loop_lag.run())]
         await self.sample_stats()
         if self.config.nats_url:
-            from web.cluster import Cluster, ClusterInbox
-            from web.nats_auth import credentials
+            from web.cluster.nats_auth import credentials
+            from web.cluster.nats_cluster import Cluster, ClusterInbox
 
             inbox = ClusterInbox(self._peer_beacon, self.challenges.apply_transcript,
                                  lambda body, now: self.add_link(body, now, from_cluster=True),
@@ -292,7 +292,7 @@ class Relay:
         return sign("LinkSample", body, self.key, "sig_b")
 
     async def refit_links(self) -> None:
-        """Refits the coordinates from every sample held (web/links.py), beside the event loop, at most
+        """Refits the coordinates from every sample held (web/map/links.py), beside the event loop, at most
         link_refit_max_duty of the time: a refit is pure Python, and while it holds the GIL the event loop
         gets about half of its core (at 10,000 sessions, refits back to back put seconds on heartbeat acks)."""
         if self.links.refit_due() and time.monotonic() >= self._refit_not_before:

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS profiles (
     origin TEXT NOT NULL,          -- NodeId of the relay that first accepted it
     body BLOB NOT NULL,            -- the signed profile as received (JSON)
     synced INTEGER NOT NULL DEFAULT 0, -- 1 once published to the cluster (NATS)
-    summary BLOB                   -- web.summary.ProfileSummary (JSON); NULL in rows of older relays
+    summary BLOB                   -- web.api.summary.ProfileSummary (JSON); NULL in rows of older relays
 );
 CREATE TABLE IF NOT EXISTS links (
     a TEXT NOT NULL,
@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS beacons (
     round INTEGER PRIMARY KEY,
     body BLOB NOT NULL
 );
-CREATE TABLE IF NOT EXISTS trust (  -- each node's trust state (web/trust.py), written with each result
+CREATE TABLE IF NOT EXISTS trust (  -- each node's trust state (web/proof/trust.py), written with each result
     node_id TEXT PRIMARY KEY,
     at REAL NOT NULL,              -- unix time of the result it includes last
     body BLOB NOT NULL             -- JSON (Trust.to_state)

@@ -1,6 +1,6 @@
 /* A relay's challenge, answered with the sgemm probe's kernel (reactor only).
  *
- * Protocol (web/challenges.py, capsule/challenge.py): the relay names a seed, the order n of the probe it
+ * Protocol (web/proof/challenges.py, capsule/challenge.py): the relay names a seed, the order n of the probe it
  * checks and at most `reps` products; the node computes C_t = A_t * B for t = 0, 1, ... (B drawn once per
  * instance from the seed, A_t per product from seed + t * golden: every product is a fresh n^3 of work) with
  * the probe's kernel, and, as each product is done, hashes its rows into the product's own Merkle root. At a

@@ -3,7 +3,7 @@
 
 #include <stdint.h>
 
-/* A reference-model challenge answered token by token (web/challenges.py, "kind": "llm").
+/* A reference-model challenge answered token by token (web/proof/challenges.py, "kind": "llm").
  *
  * The model is one fixed set of weights (CE_LLMC_WEIGHTS): a node keeps it loaded between challenges, so
  * its answer's time is decode, not weight generation (147 ms in wasmtime, ~20 forward passes). The seed

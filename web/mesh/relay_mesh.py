@@ -19,6 +19,8 @@ from typing import Any
 
 from capsule.signing import Signer, sign
 from common.libp2p_host import Libp2pHost
+from web.api.problems import Problem
+from web.api.ratelimit import TokenBuckets
 from web.mesh.messages import (
     KIND_OF_TOPIC,
     TOPIC_DESCRIPTIONS,
@@ -29,14 +31,12 @@ from web.mesh.messages import (
     judge,
     scoreboard_body,
 )
-from web.problems import Problem
-from web.ratelimit import TokenBuckets
 
 log = logging.getLogger("ce.relay.mesh")
 
 TakeProfile = Callable[[bytes], Awaitable[Any]]
 TakeLink = Callable[[bytes, float], Awaitable[Any]]
-# (the sample of the edge last published or None, the new one) -> publish it? (web/links.py worth_gossiping)
+# (the sample of the edge last published or None, the new one) -> publish it? (web/map/links.py worth_gossiping)
 WorthSending = Callable[[dict[str, Any] | None, dict[str, Any]], bool]
 
 

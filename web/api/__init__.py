@@ -1,0 +1,1 @@
+"""The HTTP API: the Starlette app and its endpoints, profile intake, problems, metrics, limits, TLS and logs."""

@@ -1,0 +1,160 @@
+"""NATS credentials of a relay, and the authorization a relay cluster's nats-server needs.
+
+Anyone who can connect to an open nats-server can publish on the relays' subjects and put into their
+buckets: replayed or forged profiles, transcripts, digests, link samples, beacons. Each relay therefore
+connects as its own user of the server's `authorization` block (docs.nats.io, "Username/Password" and
+"Authorization"), allowed to publish only on what a relay publishes and to subscribe only on what it reads:
+
+- `--nats-user NAME` with the password in `--nats-password-file FILE` (one line, mode 0600) or in the
+  CE_NATS_PASSWORD environment variable: never on the command line, where `ps` shows it to every local user
+  (a URL with `user:password@` works too, for those who accept that);
+- relay_permissions() is the permission set of one relay user, server_config() a whole nats-server config
+  (web/cluster/nats_local.py writes one for `--processes N`; the README and docs/manual.md show one);
+- check() connects once before the relay starts: credentials the server refuses end the command with one line
+  saying what was expected, instead of a relay that retries them forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.parse
+from pathlib import Path
+
+from common.errors import UserError
+from web.cluster.regions import Subjects
+from web.config import RelayConfig
+
+PASSWORD_ENV = "CE_NATS_PASSWORD"
+# What a relay publishes and reads (web/cluster/nats_cluster.py's SUBJECT_*; tests/test_nats_auth.py holds them equal).
+RELAY_SUBJECTS = ("ce.atlas.profiles", "ce.atlas.live-digests", "ce.relays.beacons", "ce.trust.transcripts",
+                  "ce.atlas.links")
+PROBE_TIMEOUT_S = 2.0  # check(): the connect's timeout, per try (two tries)
+
+
+def _expected(user: str | None) -> str:
+    who = f"the password of NATS user {user!r}" if user else "the NATS user's password"
+    return f"a file holding {who} on one line (mode 0600), or ${PASSWORD_ENV}"
+
+
+def read_password(path: Path, user: str | None) -> str:
+    """The password in a --nats-password-file: one line, readable by its owner only."""
+    try:
+        mode = path.stat().st_mode & 0o777
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UserError(f"--nats-password-file {path}: {why}; expected {_expected(user)}") from None
+    if mode & 0o077:
+        raise UserError(f"--nats-password-file {path} is readable by others (mode {mode:o}); run chmod 600 {path}")
+    lines = text.splitlines()
+    if len(lines) != 1 or not lines[0].strip():
+        found = "it is empty" if not text.strip() else f"found {len(lines)} lines"
+        raise UserError(f"--nats-password-file {path}: {found}; expected {_expected(user)}")
+    return lines[0].strip()
+
+
+def credentials(config: RelayConfig) -> dict[str, str]:
+    """nats.connect's `user` and `password` for this relay ({} without --nats-user)."""
+    if config.nats_user is None:
+        if config.nats_password_file is not None:
+            raise UserError("--nats-password-file needs --nats-user NAME (the NATS user it is the password of)")
+        return {}
+    if not config.nats_url:
+        raise UserError("--nats-user needs --nats URL (the nats-server whose authorization block has the user)")
+    if config.nats_password_file is not None:
+        password = read_password(config.nats_password_file, config.nats_user)
+    elif os.environ.get(PASSWORD_ENV):
+        password = os.environ[PASSWORD_ENV]
+    else:
+        raise UserError(f"--nats-user {config.nats_user} needs its password: --nats-password-file FILE or "
+                        f"${PASSWORD_ENV}")
+    return {"user": config.nats_user, "password": password}
+
+
+def relay_permissions(bucket: str, region: str | None = None) -> dict[str, dict[str, list[str]]]:
+    """One relay user's permissions: publish on the relay subjects, the JetStream API calls the key-value
+    buckets take (look up, create, watch, read) and the buckets' own subjects; subscribe on the relay
+    subjects and reply inboxes. Nothing else: no stream deletes or purges, no other subjects. With a region
+    (web/cluster/regions.py): that region's subjects and links bucket, and the regions' scoreboards."""
+    subjects = Subjects.of(region)
+    relay_subjects = list(RELAY_SUBJECTS) if region is None else [
+        subjects.profiles, subjects.digests, subjects.beacons, subjects.transcripts, subjects.links,
+        subjects.scoreboards]
+    publish = list(relay_subjects)
+    links = f"{bucket}-links" + (f"-{region}" if region else "")
+    for name in (bucket, links):  # web/cluster/nats_cluster.py: the profiles' bucket and the link samples'
+        stream = f"KV_{name}"
+        publish += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}",
+                    f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>",
+                    f"$JS.API.CONSUMER.DELETE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.>",
+                    f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
+                    f"$JS.API.STREAM.MSG.GET.{stream}",
+                    f"$JS.FC.{stream}.>",  # the watchers' flow-control replies
+                    f"$KV.{name}.>"]
+    return {"publish": {"allow": publish}, "subscribe": {"allow": [*relay_subjects, "_INBOX.>"]}}
+
+
+def server_config(users: dict[str, str], listen: str, store_dir: Path, bucket: str) -> str:
+    """A nats-server config: JetStream, and one user per relay (name -> password) with relay_permissions();
+    no `no_auth_user`, so a client without credentials is refused."""
+    q = json.dumps  # a JSON string is a valid quoted string of the NATS config format
+    permissions = relay_permissions(bucket)
+    lines = ["# written by ce-bench (web/cluster/nats_auth.py): one user per relay, no anonymous access",
+             f"listen: {q(listen)}", f"jetstream {{ store_dir: {q(str(store_dir))} }}", "authorization {",
+             "  RELAY = {"]
+    for verb in ("publish", "subscribe"):
+        lines.append(f"    {verb}: {{ allow: [{', '.join(q(s) for s in permissions[verb]['allow'])}] }}")
+    lines += ["  }", "  users: ["]
+    lines += [f"    {{ user: {q(name)}, password: {q(password)}, permissions: $RELAY }}"
+              for name, password in users.items()]
+    lines += ["  ]", "}", ""]
+    return "\n".join(lines)
+
+
+def shown(url: str) -> str:
+    """The URL without any user:password@ in it (for messages)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
+
+
+async def refusal(url: str, options: dict[str, str]) -> str | None:
+    """The server's authorization error for these credentials; None when it accepts them, or cannot be reached
+    (the relay then waits for it, as it always did)."""
+    import nats
+    from nats.errors import Error as NatsError
+
+    async def quiet(exc: Exception) -> None:
+        return None
+
+    try:  # max_reconnect_attempts=1: two tries, then NoServersError (0 would retry forever in nats-py)
+        nc = await nats.connect(url, connect_timeout=PROBE_TIMEOUT_S, allow_reconnect=False,
+                                max_reconnect_attempts=1, reconnect_time_wait=0.1, error_cb=quiet, **options)
+    except (NatsError, OSError, TimeoutError) as exc:
+        text = str(exc).strip()
+        return text if "authorization violation" in text.lower() else None
+    await nc.close()
+    return None
+
+
+def check(config: RelayConfig) -> None:
+    """Reads the relay's NATS credentials and tries them once: a bad file or refused credentials raise a
+    one-line UserError naming what was expected."""
+    options = credentials(config)
+    if not config.nats_url:
+        return
+    refused = asyncio.run(refusal(config.nats_url, options))
+    if refused is None:
+        return
+    where = f"NATS at {shown(config.nats_url)}"
+    if options:
+        source = f"--nats-password-file {config.nats_password_file}" if config.nats_password_file else \
+            f"${PASSWORD_ENV}"
+        raise UserError(f"{where} refused user {options['user']!r} ({refused}): expected the password that user "
+                        f"has in the nats-server's authorization block, in {source}")
+    if "@" in urllib.parse.urlsplit(config.nats_url).netloc:
+        raise UserError(f"{where} refused the user:password in the --nats URL ({refused}): expected a user of "
+                        "the nats-server's authorization block with its password")
+    raise UserError(f"{where} refused a connection without credentials ({refused}): expected --nats-user NAME "
+                    f"with its password in --nats-password-file FILE or ${PASSWORD_ENV}")
