@@ -47,8 +47,8 @@ def _apply_config_mutant(spec: str) -> None:
 if os.environ.get("CE_CONFIG_MUTANT"):
     _apply_config_mutant(os.environ["CE_CONFIG_MUTANT"])
 
-# Three tests at a time (scripts/test runs pytest-xdist with three workers: most tests wait on sockets, relays
-# and roll calls, and two workers left one of the two cores idle half the run), except those marked `alone`: they
+# Two tests at a time (scripts/test runs pytest-xdist with two workers; three made the other tests 30% slower
+# on two cores and the whole run longer: 1,254 s against 1,220, 2026-12-06), except those marked `alone`: they
 # measure CPU, memory, network or challenge figures against bounds, answer roll calls within a deadline, or
 # drive a browser through a Pyodide join, and a second test beside them would move what they measure. The
 # workers share two lock files: every test passes a turnstile, then holds the main lock shared, or, marked

@@ -224,7 +224,9 @@ async def roll_calls(request: Request) -> Response:
         raise Problem(400, "invalid_parameter", "limit must be in [1, 1000] and before finite", str(limit), "limit")
     config = relay.config
     calls = relay.challenges.roll.page(limit, before)
-    return JSONResponse({"roll_calls": calls, "next_before": calls[-1]["at"] if len(calls) == limit else None,
+    # `relay`: which relay (of --processes N on one port, which process) ran these roll calls
+    return JSONResponse({"relay": relay.relay_id, "roll_calls": calls,
+                         "next_before": calls[-1]["at"] if len(calls) == limit else None,
                          "interval_s": config.roll_call_interval_s,
                          "method": "each beacon round starts a roll call with probability beacon_interval_s / "
                                    "interval_s; every live session that answers challenges is challenged at once "

@@ -97,7 +97,7 @@ def document() -> dict[str, Any]:
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
                     {"name": "before", "in": "query", "schema": {"type": "number"}}],
                 "responses": {"200": json_ok("a page", {"type": "object", "properties": {
-                    "roll_calls": {"type": "array"}, "next_before": NUM_OR_NULL}}),
+                    "relay": {"type": "string"}, "roll_calls": {"type": "array"}, "next_before": NUM_OR_NULL}}),
                     "400": problem("bad parameter")}}},
             "/v1/checks": {"get": {
                 "summary": "Each check's catch, the chance a node skipping 1%, 10% or 50% of its work passes one "
