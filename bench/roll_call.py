@@ -1,7 +1,7 @@
 """Roll calls at scale (issue 20): how spread the relay's sends are when it challenges every live session at
 once, what a roll call costs the relay, and what an honest node shows at roll calls.
 
-    .venv/bin/python bench/roll_call.py [--steps 100,1000] [--roll-calls 3]
+    .venv/bin/python bench/roll_call.py [--steps 100,1000] [--roll-calls 3] [--processes 1]
 
 Method: one relay process (a roll call every 25 s: beacon rounds every 1 s; target 1 s). A load generator (one
 asyncio process, the session of bench/relay_sessions.py plus a hello) registers N nodes and opens N live
@@ -11,7 +11,10 @@ real LiveSession with the capsule's reactor, answers every challenge. Figures pe
 that challenged at least 99% of the sessions (those live at the moment): the send spread (GET /v1/roll-calls:
 first to last send on the relay's clock) against the target (<= 10% of the challenge's 1 s), the relay's CPU
 seconds in the 2 s after each roll call began, and the honest node's observed / claimed GFLOP/s at roll calls
-(median). Reference in the same run: the spread at the first step.
+(median). Reference in the same run: the spread at the first step. With --processes N the relay runs N
+processes on the one port (its own nats-server): a roll call's figures are summed (sessions challenged) or
+taken at their worst (send spread, plus how far apart the processes began it) over the processes, each process's
+GET /v1/roll-calls read until every one answered.
 The generator and the honest node share the 2 cores with the relay: figures are upper bounds for the relay.
 """
 
@@ -35,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from websockets.asyncio.client import connect  # noqa: E402
 
 from bench.relay_load import ONE_ADDRESS  # noqa: E402
-from bench.relay_sessions import beats, cpu_s, register_nodes  # noqa: E402
+from bench.relay_sessions import beats, cpu_s, known_everywhere, register_nodes  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
@@ -76,12 +79,34 @@ async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged
             beat.cancel()
 
 
-def roll_calls(relay: RelayProcess) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(relay.url + "/v1/roll-calls?limit=1000", timeout=30) as r:
-        return list(json.loads(r.read())["roll_calls"])
+def roll_calls(relay: RelayProcess, processes: int = 1) -> list[dict[str, Any]]:
+    """The roll calls every process ran, latest last: sessions challenged summed over the processes, the send
+    spread at its widest, and `between_ms`, how far apart the processes began it (GET /v1/roll-calls on new
+    connections until every process answered: the kernel picks one for each)."""
+    pages: dict[str, list[dict[str, Any]]] = {}
+    deadline = time.monotonic() + 30
+    while len(pages) < processes and time.monotonic() < deadline:
+        with urllib.request.urlopen(relay.url + "/v1/roll-calls?limit=1000", timeout=30) as r:
+            body = json.loads(r.read())
+        pages[str(body["relay"])] = list(body["roll_calls"])
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for calls in pages.values():
+        for call in calls:
+            by_id.setdefault(call["id"], []).append(call)
+    merged = []
+    for rows in by_id.values():
+        if len(rows) < processes:
+            continue  # not (yet) run by every process
+        spreads = [r["send_spread_ms"] for r in rows if r["send_spread_ms"] is not None]
+        merged.append({"id": rows[0]["id"], "at": min(r["at"] for r in rows),
+                       "sessions_challenged": sum(r["sessions_challenged"] for r in rows),
+                       "send_spread_ms": max(spreads) if spreads else None,
+                       "between_ms": (max(r["at"] for r in rows) - min(r["at"] for r in rows)) * 1000})
+    return sorted(merged, key=lambda c: c["at"])
 
 
-async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count: int) -> dict[str, float]:
+async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count: int,
+               processes: int = 1) -> dict[str, float]:
     url = relay.url.replace("http://", "ws://") + "/v1/live"
     stop, challenged = asyncio.Event(), [0]
     tasks = []
@@ -91,8 +116,9 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
             await asyncio.sleep(0.2)
     await asyncio.sleep(8)  # every session said hello and beat
     assert relay.proc is not None
-    seen = {c["id"] for c in roll_calls(relay)}
+    seen = {c["id"] for c in roll_calls(relay, processes)}
     spreads: list[float] = []
+    between: list[float] = []  # how far apart the processes began each roll call
     reached: list[float] = []
     widest = 0.0  # the largest share of the sessions any roll call challenged (said when none reached COVERAGE)
     cpu: list[float] = []
@@ -102,7 +128,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         await asyncio.sleep(0.5)
         # a roll call challenges the sessions live at its moment: at 10,000 sessions on one saturated process
         # some are not (late heartbeats), so those that reached at least COVERAGE of them count, and say so
-        calls = [c for c in roll_calls(relay) if c["id"] not in seen]
+        calls = [c for c in roll_calls(relay, processes) if c["id"] not in seen]
         widest = max([widest, *(c["sessions_challenged"] / (len(keys) + 1) for c in calls)])
         fresh = [c for c in calls if c["sessions_challenged"] >= COVERAGE * (len(keys) + 1)]
         if not fresh:
@@ -113,6 +139,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         await asyncio.sleep(2.0)
         cpu.append(cpu_s(relay.proc.pid) - before)
         spreads.append(call["send_spread_ms"])
+        between.append(call["between_ms"])
     with urllib.request.urlopen(f"{relay.url}/v1/nodes/{honest.node_id}/history", timeout=30) as r:
         events = json.loads(r.read())["events"]
     claim = next(e for e in reversed(events) if e["event"] == "profile")["cpu_gflops"]
@@ -126,7 +153,19 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
             "spread_max_ms": max(spreads) if spreads else float("nan"),
             "relay_cpu_s": statistics.median(cpu) if cpu else float("nan"), "roll_calls": len(spreads),
             "honest_ratio": statistics.median(ratios) if ratios else float("nan"), "honest_n": len(ratios),
-            "reached": min(reached) if reached else float("nan"), "widest": widest}
+            "reached": min(reached) if reached else float("nan"), "widest": widest,
+            "between_ms": max(between) if between else float("nan")}
+
+
+def heard_each_other(relay: RelayProcess, within_s: float = 60) -> None:
+    """Waits until every process answering GET /v1/relays has heard the others' beacon rounds, and one more
+    round (known to all)."""
+    deadline = time.monotonic() + within_s
+    while not all(all(r["last_seen"] for r in relay.get("/v1/relays")[1]["relays"]) for _ in range(8)):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the relay processes did not hear each other within {within_s:g} s")
+        time.sleep(0.5)
+    time.sleep(1.5)
 
 
 def honest_node(relay_url: str, capsule: Path, scratch: Path) -> tuple[NodeKey, LiveSession]:
@@ -144,18 +183,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", default="100,1000")
     parser.add_argument("--roll-calls", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=1, help="relay processes on the one port")
     args = parser.parse_args()
     steps = [int(x) for x in args.steps.split(",")]
     capsule = ROOT / "build" / "capsule.wasm"
     with tempfile.TemporaryDirectory() as tmp:
-        relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
+        processes = ["--processes", str(args.processes)] if args.processes > 1 else []
+        relay = RelayProcess(Path(tmp) / "relay", *RELAY, *processes).start(timeout=60)
         try:
+            if args.processes > 1:  # profiles cite one process's beacon and may reach another: all must know it
+                heard_each_other(relay)
             pairs, _ = register_nodes(relay, max(steps))
+            if args.processes > 1:
+                known_everywhere(relay, [k.node_id for k, _ in pairs[-3:]])
             honest, node = honest_node(relay.url, capsule, Path(tmp))
             reference = None
             try:
                 for n in steps:
-                    got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls))
+                    got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls, args.processes))
                     reference = reference or got["spread_ms"]
                     print(f"{n:>6} sessions + 1 honest: {got['roll_calls']} roll calls (each challenged at least "
                           f"{got['reached']:.1%} of the sessions; the widest of all {got['widest']:.1%}), "
@@ -163,7 +208,10 @@ def main() -> int:
                           f"{got['spread_ms']:.1f} ms (max {got['spread_max_ms']:.1f}; "
                           f"x{got['spread_ms'] / reference:.1f} the {steps[0]}-session spread; target <= 100 ms = 10% "
                           "of the 1 s challenge), relay CPU "
-                          f"{got['relay_cpu_s']:.2f} s in the 2.5 s around each, honest observed/claimed "
+                          f"{got['relay_cpu_s']:.2f} s in the 2.5 s around each"
+                          + (f", processes began it up to {got['between_ms']:.1f} ms apart"
+                             if args.processes > 1 else "")
+                          + ", honest observed/claimed "
                           f"{got['honest_ratio']:.2f} (median of {got['honest_n']})", flush=True)
             finally:
                 node.stop()

@@ -48,7 +48,8 @@ if os.environ.get("CE_CONFIG_MUTANT"):
     _apply_config_mutant(os.environ["CE_CONFIG_MUTANT"])
 
 # Two tests at a time (scripts/test runs pytest-xdist with two workers; three made the other tests 30% slower
-# on two cores and the whole run longer: 1,254 s against 1,220, 2026-12-06), except those marked `alone`: they
+# on two cores and the whole run longer: 1,254 s against 1,220, 2026-12-06; handing out the `alone` files last
+# did not shorten it either: 1,297 s), except those marked `alone`: they
 # measure CPU, memory, network or challenge figures against bounds, answer roll calls within a deadline, or
 # drive a browser through a Pyodide join, and a second test beside them would move what they measure. The
 # workers share two lock files: every test passes a turnstile, then holds the main lock shared, or, marked
@@ -58,21 +59,6 @@ if os.environ.get("CE_CONFIG_MUTANT"):
 # test in, and the machine would run that test by itself while the `alone` one waited for it.
 _LOCK_DIR = Path(os.environ.get("CE_BENCH_TEST_LOCKS", "/tmp"))
 _held: list[Any] = []  # the open lock files while this worker keeps the machine across `alone` tests
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files in three bands, each in collection order: those with `alone` and other tests, those without
-    `alone` tests, and those of `alone` tests only. scripts/test hands out whole files in this order
-    (--dist loadfile --no-loadscope-reorder), so the `alone` tests come at the end, one after another, instead of
-    making the other workers drain before each (the turnstile below), and the other files share the cores."""
-    def band(item: pytest.Item) -> int:
-        alone = [i.get_closest_marker("alone") is not None for i in by_file[item.path]]
-        return 2 if all(alone) else 0 if any(alone) else 1
-
-    by_file: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        by_file.setdefault(item.path, []).append(item)
-    items.sort(key=band)  # stable: a file's tests keep their order
 
 
 def _run_lock_paths(config: pytest.Config) -> tuple[Path, Path] | None:

@@ -1,7 +1,6 @@
-"""The suite's own scheduling (tests/conftest.py): under pytest-xdist workers, a test marked `alone` runs with
-no other test beside it, from its setup to its teardown, while unmarked tests do run side by side, and the files
-of `alone` tests go out last. A generated suite records when each test's fixture started and ended; run by a
-real `pytest -n 2` or `-n 3`."""
+"""The suite's own scheduling (tests/conftest.py): under two pytest-xdist workers, a test marked `alone` runs
+with no other test beside it, from its setup to its teardown, while unmarked tests do run two at a time. A
+generated suite records when each test's fixture started and ended; run by a real `pytest -n 2`."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ import json, os, sys, time
 import pytest
 sys.path.insert(0, {str(ROOT)!r})
 from tests.conftest import pytest_runtest_protocol  # noqa: F401  (the hook under test)
-if os.environ.get("ORDERED"):
-    from tests.conftest import pytest_collection_modifyitems  # noqa: F401  (the order under test)
 
 @pytest.fixture
 def span(request):
@@ -51,10 +48,8 @@ def test_streak_{i}(span):
 """ for i in range(3))
 
 
-def run_suite(tmp_path: Path, modules: dict[str, str], workers: int = 2,
-              ordered: bool = False) -> dict[str, tuple[float, float]]:
-    """Runs the generated modules under `pytest -n <workers> --dist loadfile` (`ordered`: with the suite's
-    file order and --no-loadscope-reorder, as scripts/test runs it); each test's (start, end)."""
+def run_suite(tmp_path: Path, modules: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """Runs the generated modules under `pytest -n 2 --dist loadfile`; each test's (start, end)."""
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
@@ -62,10 +57,9 @@ def run_suite(tmp_path: Path, modules: dict[str, str], workers: int = 2,
         (suite / name).write_text(text)
     spans_file = tmp_path / "spans.jsonl"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-n", str(workers), "--dist", "loadfile", *(["--no-loadscope-reorder"] if ordered else []),
-                          "-c", "/dev/null", "--rootdir", str(suite), str(suite)],
+                          "-n", "2", "--dist", "loadfile", "-c", "/dev/null", "--rootdir", str(suite), str(suite)],
                          capture_output=True, text=True, timeout=120, cwd=suite,
-                         env={"SPANS": str(spans_file), "PATH": "/usr/bin", **({"ORDERED": "1"} if ordered else {})})
+                         env={"SPANS": str(spans_file), "PATH": "/usr/bin"})
     assert run.returncode == 0, run.stdout + run.stderr
     return {name: (start, end) for name, start, end in map(json.loads, spans_file.read_text().splitlines())}
 
@@ -100,16 +94,3 @@ def test_consecutive_alone_tests_of_a_worker_keep_the_machine(tmp_path: Path) ->
     # the precondition: the other worker had tests to slip in, and ran some before or after the streak
     assert any(start < first or start > last for n, (start, _) in spans.items() if n.startswith("test_shared")), spans
 
-
-def test_files_of_alone_tests_go_out_last_and_the_rest_three_at_a_time(tmp_path: Path) -> None:
-    """scripts/test's order: the `alone` files (named to sort first) start only after every other file's tests
-    started, one at a time, and the other files run three side by side."""
-    spans = run_suite(tmp_path, {**{f"test_a{i}.py": ALONE.format(i=i) for i in range(2)},
-                                 **{f"test_s{i}.py": SHARED.format(i=i) for i in range(6)}}, workers=3, ordered=True)
-    assert len(spans) == 8, spans
-    alone = [spans[f"test_alone_{i}"] for i in range(2)]
-    shared = [spans[f"test_shared_{i}"] for i in range(6)]
-    assert min(start for start, _ in alone) > max(start for start, _ in shared), spans
-    assert not (alone[0][0] < alone[1][1] and alone[1][0] < alone[0][1]), spans
-    at_once = max(sum(1 for s, e in shared if s <= t < e) for t, _ in shared)
-    assert at_once == 3, (at_once, spans)

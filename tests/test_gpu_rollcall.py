@@ -277,6 +277,7 @@ def test_a_browser_answers_its_gpu_challenges_beside_its_sgemm_ones(page: Any, r
     from tests.test_browser import join
 
     profile = join(page, relay)
+    assert profile["gpus"], f"the page found no WebGPU adapter (SwiftShader): {profile.get('gpus')}"
     claim = profile["gpus"][0]["fp32_tflops"]
     assert claim > 0  # the precondition: the page measured a GPU and claims it
 
