@@ -93,4 +93,3 @@ def test_consecutive_alone_tests_of_a_worker_keep_the_machine(tmp_path: Path) ->
     assert not inside, (inside, spans)
     # the precondition: the other worker had tests to slip in, and ran some before or after the streak
     assert any(start < first or start > last for n, (start, _) in spans.items() if n.startswith("test_shared")), spans
-

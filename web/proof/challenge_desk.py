@@ -282,14 +282,21 @@ class ChallengeDesk:
             raise ChallengeError("replayed", "this challenge was already answered")
         raise ChallengeError("unknown_challenge", "no challenge with this id is in flight on this session")
 
+    async def _answered(self, who: Challengee, message: dict[str, Any]) -> Challenge | None:
+        """The challenge in flight that a commit or an opening names; None when it names none (recorded as a
+        failure of the session's node, web/proof/challenges.py codes `unknown_challenge` or `replayed`)."""
+        try:
+            return self._current(who, message)
+        except ChallengeError as exc:
+            await self._fail(who, None, exc)
+            return None
+
     async def on_commit(self, who: Challengee, message: dict[str, Any], arrived: float | None = None,
                         lag_s: float = 0.0) -> None:
         """`arrived`: when the frame was received (perf_counter, stamped before parsing; now if None); `lag_s`:
         the relay's own event-loop stall since the challenge was sent (web/sessions/live_endpoint.py relay_lag)."""
-        try:
-            ch = self._current(who, message)
-        except ChallengeError as exc:
-            await self._fail(who, None, exc)
+        ch = await self._answered(who, message)
+        if ch is None:
             return
         try:
             now = time.perf_counter() if arrived is None else arrived
@@ -361,10 +368,8 @@ class ChallengeDesk:
 
     async def on_opening(self, who: Challengee, message: dict[str, Any], arrived: float | None = None,
                          lag_s: float = 0.0) -> None:
-        try:
-            ch = self._current(who, message)
-        except ChallengeError as exc:
-            await self._fail(who, None, exc)
+        ch = await self._answered(who, message)
+        if ch is None:
             return
         try:
             now = time.perf_counter() if arrived is None else arrived
