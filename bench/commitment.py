@@ -4,8 +4,9 @@
 
 Method. One capsule reactor (build/capsule-reactor.wasm): a challenge begun with more products than the run
 needs, then, alternately a few ms apart, one `ce_challenge_next(1)` (a fresh A_t from the seed, the product
-by the probe's kernel, the BLAKE3 leaf of every row and the product's tree: capsule/kernels/challenge.c) and
-one bare `ce_sgemm` of the same order on arrays already in wasm memory (the reference: the product alone).
+by the probe's kernel, the BLAKE3 leaf of every row's high halves and the product's tree:
+capsule/kernels/challenge.c) and one bare `ce_sgemm` of the same order on arrays already in wasm memory (the
+reference: the product alone).
 Per pair, share = 1 - sgemm / product; the figure is the median share with its interquartile range. The
 same loop runs in headless Chromium (the join page's engine: Debian's chromium through playwright), on the
 same wasm. Each product's root is checked against the Python reference (capsule/cpu_challenge.py) once.

@@ -61,7 +61,7 @@ def verify_cost(reps: int) -> None:
         roots = answer.commit()
         node_s.append(time.process_time() - t0)
         challenge = ch.message(config)
-        commit = {"type": "commit", "id": ch.id, "roots": roots}
+        commit = {"type": "commit", "id": ch.id, "roots": roots, "leaf": answer.leaf}
         opening_request = on_commit(ch, commit, ch.sent_at + 0.5, random.Random(rep), config)
         if opening_request is None:
             raise SystemExit("an sgemm challenge must ask for an opening")

@@ -36,7 +36,9 @@ export function challengeAnswerer(module) {
         cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n, reps: m.reps || 1,
         stopAt })));
       current = { id: m.id, count: seeds.length };
-      return { type: "commit", id: m.id, roots: done.map((d) => d.root), products: done.map((d) => d.products) };
+      // leaf "high16": the capsule's leaves hash each entry's high half (capsule/kernels/challenge.c)
+      return { type: "commit", id: m.id, roots: done.map((d) => d.root), products: done.map((d) => d.products),
+               leaf: "high16" };
     },
     // {type: "open"} -> {type: "opening"}: the named rows with their proofs, in the order asked
     async open(m) {

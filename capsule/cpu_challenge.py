@@ -10,13 +10,19 @@ What a node does for instance seed s, order n and at most `reps` products:
   stops where its deadline falls (`stop_after_s` of the challenge) and commits to the k products it finished
   by one root over their roots; the relay counts the work of those k (the busy node counts what it did) and
   opens rows among them only (a skipped product is caught by the same odds as before: web/proof/checks.py).
-- leaf = BLAKE3(row, fp32 little-endian), node = BLAKE3 keyed with NODE_KEY of (left || right); each level
-  padded to a power of two with all-zero hashes: n leaves per product tree, k product roots in the top tree.
+- leaf = BLAKE3 of the row's high halves (the upper 16 bits of each fp32 entry, n little-endian uint16: the
+  commit's "leaf": "high16"; a commit without "leaf" is an older node's, whose leaf is BLAKE3 of the whole row,
+  "fp32"), node = BLAKE3 keyed with NODE_KEY of (left || right); each level padded to a power of two with
+  all-zero hashes: n leaves per product tree, k product roots in the top tree. The opening still carries the
+  whole fp32 row: its high halves must be the committed ones, and each entry the relay checks must lie within
+  the fp32 summation bound of its recomputation (~2^-9 of a typical entry at n = 1024, finer than a high
+  half's 2^-8 step for all but the smallest entries). So the row is fixed at the commitment, as with whole-row
+  leaves, and an entry committed wrong fails its check as before (challenge.c says why halves).
 
 Why BLAKE3: the commitment is work the node does beyond its products, and it eats into the common deadline.
 SHA-256 of every row (four lanes in wasm SIMD) and fresh A_t and B_t were 14.5-19.6% of a challenge
-(BENCHMARKS.md); BLAKE3's seven add-xor-rotate rounds, four rows per SIMD128 vector, and half the draws
-bring it to the figure BENCHMARKS.md records ("The commitment's share").
+(BENCHMARKS.md); BLAKE3's seven add-xor-rotate rounds, four rows per SIMD128 vector, half the draws and half
+the bytes per leaf bring it to the figure BENCHMARKS.md records ("The commitment's share").
 """
 
 from __future__ import annotations
@@ -32,10 +38,16 @@ A_STREAM = 0x6368616C2D41   # "chal-A"
 B_STREAM = 0x6368616C2D42   # "chal-B"
 NODE_KEY = blake3.blake3(b"ce-bench/v1/merkle-node").digest()
 MAX_PRODUCTS = 65536        # CE_CHALLENGE_MAX_PRODUCTS: only each product's root is kept
+LEAF_FORMS = ("high16", "fp32")  # what a leaf hashes: each entry's high half (the capsule's), the whole row
+LEAF_FORM = "high16"         # what this capsule commits
 
 
-def leaf_hash(row: bytes) -> bytes:
-    return blake3.blake3(row).digest()
+def leaf_hash(row: bytes, form: str = LEAF_FORM) -> bytes:
+    """A row's leaf: BLAKE3 of its entries' high halves ("high16") or of the whole row ("fp32"); row is n
+    little-endian fp32."""
+    if form == "fp32":
+        return blake3.blake3(row).digest()
+    return blake3.blake3(np.frombuffer(row, "<u2")[1::2].tobytes()).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -49,9 +61,9 @@ def _levels_root(level: list[bytes]) -> bytes:
     return level[0]
 
 
-def product_root(rows: Sequence[bytes]) -> bytes:
+def product_root(rows: Sequence[bytes], form: str = LEAF_FORM) -> bytes:
     """The root of one product's tree over its n rows (reference implementation; tests compare)."""
-    return _levels_root([leaf_hash(r) for r in rows])
+    return _levels_root([leaf_hash(r, form) for r in rows])
 
 
 def commitment_root(product_roots: Sequence[bytes]) -> bytes:
@@ -59,16 +71,18 @@ def commitment_root(product_roots: Sequence[bytes]) -> bytes:
     return _levels_root(list(product_roots))
 
 
-def check_proof(row: bytes, leaf: int, siblings: Sequence[bytes], root: bytes, n: int, products: int) -> None:
+def check_proof(row: bytes, leaf: int, siblings: Sequence[bytes], root: bytes, n: int, products: int,
+                form: str = LEAF_FORM) -> None:
     """Raises ChallengeError unless `row` is row leaf % n of product leaf // n under a commitment to
-    `products` products of order n with this root (siblings: the product tree's, then the top tree's)."""
+    `products` products of order n with this root (siblings: the product tree's, then the top tree's), its
+    leaf hashed in `form` (LEAF_FORMS)."""
     t, i = divmod(leaf, n)
     depth_n, depth_k = tree_width(n).bit_length() - 1, tree_width(products).bit_length() - 1
     if not 0 <= t < products:
         raise ChallengeError("wrong_proof", f"row {leaf} is not in the {products} committed product(s)")
     if len(siblings) != depth_n + depth_k or any(len(s) != 32 for s in siblings):
         raise ChallengeError("wrong_proof", f"row {leaf}: expected {depth_n + depth_k} sibling hashes of 32 bytes")
-    h = leaf_hash(row)
+    h = leaf_hash(row, form)
     for level, sibling in enumerate(siblings):
         k = i >> level if level < depth_n else t >> (level - depth_n)
         h = node_hash(sibling, h) if k & 1 else node_hash(h, sibling)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from capsule.challenge import LLM_PER_SEQ, encode_row
+from capsule.cpu_challenge import LEAF_FORM
 from host_runner.wasm import CapsuleError, Reactor, default_engine
 
 PROOF_BYTES = 32 * 32  # room for the sibling hashes of any tree a challenge can make (2^12 rows x 2^16 products)
@@ -44,6 +45,8 @@ class SgemmAnswer:
     """One challenge: `commit` computes each instance's products one after another and returns the Merkle roots
     (hex) over the products done (`products`, per instance); `open` returns the named rows (leaves) with their
     proofs. Holds the reactors in between (each keeps its products' roots; an opened product is recomputed)."""
+
+    leaf = LEAF_FORM  # what the capsule's leaves hash: the commit message names it
 
     def __init__(self, reactor_wasm: Path, seeds: list[int], n: int, reps: int = 1,
                  pool: ReactorPool | None = None) -> None:

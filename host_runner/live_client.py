@@ -260,7 +260,8 @@ class LiveSession:
                 return
             self._keep(cid, "cpu", answer)
             with contextlib.suppress(OSError, WebSocketException):  # the loop sees a closed socket and reconnects
-                self._send(ws, {"type": "commit", "id": cid, "roots": roots, "products": answer.products})
+                self._send(ws, {"type": "commit", "id": cid, "roots": roots, "products": answer.products,
+                                "leaf": answer.leaf})
 
         threading.Thread(target=work, name="challenge", daemon=True).start()
 

@@ -20,8 +20,10 @@ from capsule.challenge import (
     instance_seed,
     order_of,
     reps_for,
+    tree_width,
 )
-from capsule.cpu_challenge import check_entries, check_proof, commitment_root, inputs_of, product_root
+from capsule.cpu_challenge import check_entries, check_proof, commitment_root, inputs_of, node_hash, product_root
+from capsule.cpu_challenge import leaf_hash as cpu_leaf
 from host_runner.challenge_answer import SgemmAnswer
 from web.config import RelayConfig
 from web.proof.challenges import check_opened, new_challenge, new_llm_challenge, on_commit, parse_opening
@@ -76,10 +78,20 @@ def test_openings_verify_and_tampering_is_caught(answered: tuple[SgemmAnswer, li
     check_proof(raw, leaves - 1, proof, root, n, k)
     assert check_entries(answer.seeds[1], n, leaves - 1, np.frombuffer(raw, "<f4"), range(n)) < 1.0
     flipped = bytearray(raw)
-    flipped[5] ^= 1
+    flipped[7] ^= 1  # the high byte of entry 1: in its leaf
     with pytest.raises(ChallengeError, match="does not open") as exc:
         check_proof(bytes(flipped), leaves - 1, proof, root, n, k)
     assert exc.value.code == "wrong_proof"
+    # a leaf hashes each entry's high half: a changed low half opens, and the entry check holds the value
+    low = bytearray(raw)
+    low[5] ^= 0x80  # entry 1's mantissa bit 15: 2^-8 of it, far beyond the fp32 bound
+    check_proof(bytes(low), leaves - 1, proof, root, n, k)
+    with pytest.raises(ChallengeError) as exc:
+        check_entries(answer.seeds[1], n, leaves - 1, np.frombuffer(bytes(low), "<f4"), range(n))
+    assert exc.value.code == "wrong_rows"
+    # the same row under whole-row leaves (an older node's form) is another leaf: the form is part of the proof
+    with pytest.raises(ChallengeError, match="does not open"):
+        check_proof(raw, leaves - 1, proof, root, n, k, "fp32")
     with pytest.raises(ChallengeError):
         check_proof(raw, leaves - 2, proof, root, n, k)  # the right row claimed at another index
     with pytest.raises(ChallengeError):
@@ -144,21 +156,23 @@ def test_state_machine_refusals(answered: tuple[SgemmAnswer, list[str]]) -> None
     answer, roots = answered
     rng = random.Random(1)
     ch = challenge_for(answer)
-    for bad in ({"roots": roots[:1]}, {"roots": ["zz" * 32, roots[1]]}, {"roots": "x"}):
+    for bad in ({"leaf": "high16", "roots": roots[:1]}, {"roots": ["zz" * 32, roots[1]]}, {"roots": "x"}):
         with pytest.raises(ChallengeError) as exc:
             on_commit(ch, bad, 100.5, rng, CONFIG)
         assert exc.value.code == "malformed_commit"
     with pytest.raises(ChallengeError) as exc:
-        on_commit(challenge_for(answer), {"roots": roots}, 100 + CONFIG.challenge_commit_timeout_s + 1, rng, CONFIG)
+        on_commit(challenge_for(answer), {"leaf": "high16", "roots": roots},
+                  100 + CONFIG.challenge_commit_timeout_s + 1, rng, CONFIG)
     assert exc.value.code == "late"
     for products in ([3], [0, 3], [3, 4], [3, "3"], "3"):  # one per instance, each in [1, reps]
         with pytest.raises(ChallengeError, match="products") as exc:
-            on_commit(challenge_for(answer), {"roots": roots, "products": products}, 100.5, rng, CONFIG)
+            on_commit(challenge_for(answer), {"leaf": "high16", "roots": roots, "products": products}, 100.5, rng,
+                      CONFIG)
         assert exc.value.code == "malformed_commit"
-    opening = on_commit(ch, {"roots": roots}, 100.5, rng, CONFIG)  # "products" absent: all of them
+    opening = on_commit(ch, {"leaf": "high16", "roots": roots}, 100.5, rng, CONFIG)  # "products" absent: all of them
     assert opening is not None and ch.observed_gflops == pytest.approx(2 * 2 * 3 * 101**3 / 0.5 / 1e9)
     with pytest.raises(ChallengeError) as exc:
-        on_commit(ch, {"roots": roots}, 100.6, rng, CONFIG)
+        on_commit(ch, {"leaf": "high16", "roots": roots}, 100.6, rng, CONFIG)
     assert exc.value.code == "replayed"
     rows = answer.open(opening["rows"])
     assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.7, CONFIG), rng, CONFIG) < 1.0
@@ -180,7 +194,7 @@ def test_a_commitment_to_the_products_finished_counts_their_work(artifacts: Any)
     assert answer.products == [1, 1]
     rng = random.Random(4)
     ch = challenge_for(answer)
-    opening = on_commit(ch, {"roots": roots, "products": answer.products}, 100.5, rng, CONFIG)
+    opening = on_commit(ch, {"leaf": "high16", "roots": roots, "products": answer.products}, 100.5, rng, CONFIG)
     assert opening is not None and ch.products == [1, 1]
     assert ch.flops == 2 * 2 * 128**3  # two products' work, not 100
     assert all(leaf < 128 for _, leaf in ch.rows)
@@ -188,7 +202,7 @@ def test_a_commitment_to_the_products_finished_counts_their_work(artifacts: Any)
     assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.6, CONFIG), rng, CONFIG) < 1.0
     # the same roots claimed as two products each: no proof opens them
     ch2 = challenge_for(answer)
-    opening2 = on_commit(ch2, {"roots": roots, "products": [2, 2]}, 100.5, random.Random(5), CONFIG)
+    opening2 = on_commit(ch2, {"leaf": "high16", "roots": roots, "products": [2, 2]}, 100.5, random.Random(5), CONFIG)
     assert opening2 is not None
     claimed = answer.open([[i, r % 128] for i, r in opening2["rows"]])
     for item, (_, r) in zip(claimed, opening2["rows"], strict=True):
@@ -197,6 +211,51 @@ def test_a_commitment_to_the_products_finished_counts_their_work(artifacts: Any)
         parse_opening(ch2, {"rows": claimed}, 100.6, CONFIG)
     assert exc.value.code == "wrong_proof"
     answer.release()
+
+
+def test_an_older_nodes_whole_row_leaves_still_verify_and_the_form_is_bound(
+        answered: tuple[SgemmAnswer, list[str]]) -> None:
+    """A commit without "leaf" is an older node's: whole-row fp32 leaves. Its answer passes as before; the
+    capsule's high-half roots sent without "leaf" open nothing (the relay hashes the form the commit names)."""
+    answer, roots = answered
+    n = answer.n
+    old_roots = []
+    for i in range(2):
+        leaves = rows_of(answer, i)
+        old_roots.append(commitment_root([product_root([r.astype("<f4").tobytes() for r in leaves[t * n:(t + 1) * n]],
+                                                       "fp32") for t in range(answer.reps)]).hex())
+    assert old_roots != roots
+    rng = random.Random(6)
+    ch = challenge_for(answer)
+    opening = on_commit(ch, {"roots": old_roots}, 100.5, rng, CONFIG)
+    assert opening is not None and ch.leaf == "fp32"
+    rows = answer.open(opening["rows"])  # the same rows and sibling hashes above the leaves differ: rebuild
+    for item, (instance, leaf) in zip(rows, opening["rows"], strict=True):
+        every = rows_of(answer, instance)
+        t = leaf // n
+        sub = [cpu_leaf(r.astype("<f4").tobytes(), "fp32") for r in every[t * n:(t + 1) * n]]
+        tops = [product_root([r.astype("<f4").tobytes() for r in every[u * n:(u + 1) * n]], "fp32")
+                for u in range(answer.reps)]
+        item["proof"] = [h.hex() for h in path_of(sub, leaf % n) + path_of(tops, t)]
+    assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.6, CONFIG), rng, CONFIG) < 1.0
+    assert ch.record()["leaf"] == "fp32"
+    new = challenge_for(answer)
+    opening = on_commit(new, {"roots": roots}, 100.5, random.Random(6), CONFIG)  # "leaf" left out
+    assert opening is not None
+    with pytest.raises(ChallengeError) as exc:
+        parse_opening(new, {"rows": answer.open(opening["rows"])}, 100.6, CONFIG)
+    assert exc.value.code == "wrong_proof"
+
+
+def path_of(leaves: list[bytes], index: int) -> list[bytes]:
+    """Sibling hashes of leaf `index` in the padded tree over `leaves` (cpu_challenge's tree)."""
+    level = leaves + [bytes(32)] * (tree_width(len(leaves)) - len(leaves))
+    path = []
+    while len(level) > 1:
+        path.append(level[index ^ 1])
+        level = [node_hash(level[j], level[j + 1]) for j in range(0, len(level), 2)]
+        index //= 2
+    return path
 
 
 def test_trust_states() -> None:

@@ -50,7 +50,7 @@ def passes(config: RelayConfig, skipped: int, trials: int, seed: int) -> int:
         ch = new_challenge("cheater", 1.0, 1, N, BEACON, f"{trial:032x}", 0.0, 0.0, config)
         ch.n, ch.reps = N, PRODUCTS  # (new_challenge holds n to the probe's range; the arithmetic is the same)
         node = Skipper(ch.seeds[0], set(rng.sample(range(PRODUCTS), PRODUCTS - skipped)), gen)
-        asked = on_commit(ch, {"roots": [node.root()], "products": [PRODUCTS]}, 0.5, rng, config)
+        asked = on_commit(ch, {"leaf": "high16", "roots": [node.root()], "products": [PRODUCTS]}, 0.5, rng, config)
         assert asked is not None
         try:
             opened = parse_opening(ch, {"rows": [node.open(leaf) for _, leaf in asked["rows"]]}, 0.6, config)

@@ -106,7 +106,7 @@ def committed(rtt_ms: float = 0.0) -> tuple[Challenge, Node, list[list[int]]]:
     """A small challenge committed 0.5 s after it was sent: the challenge, its node and the rows asked."""
     ch = small(rtt_ms=rtt_ms)
     node = Node(ch)
-    message = on_commit(ch, {"roots": node.roots()}, SENT + 0.5, random.Random(1), CONFIG)
+    message = on_commit(ch, {"leaf": "high16", "roots": node.roots()}, SENT + 0.5, random.Random(1), CONFIG)
     assert message is not None
     return ch, node, message["rows"]
 
@@ -200,7 +200,7 @@ def test_the_challenge_messages_carry_what_the_node_needs_and_nothing_of_the_cla
 def test_the_open_message_names_rows_per_instance_drawn_within_the_committed_leaves() -> None:
     ch = small()
     node = Node(ch)
-    message = on_commit(ch, {"roots": node.roots()}, SENT + 0.5, random.Random(1), CONFIG)
+    message = on_commit(ch, {"leaf": "high16", "roots": node.roots()}, SENT + 0.5, random.Random(1), CONFIG)
     per = CONFIG.challenge_rows_per_instance
     assert message is not None and message["type"] == "open" and message["id"] == NONCE[:16]
     assert [i for i, _ in message["rows"]] == [0] * per + [1] * per  # instance by instance, in order
@@ -220,9 +220,10 @@ def test_the_commit_time_is_net_of_the_sessions_rtt() -> None:
 
 def test_the_commit_deadline_is_inclusive_and_a_late_commit_says_by_how_much() -> None:
     limit = CONFIG.challenge_commit_timeout_s
-    assert on_commit(small(), {"roots": Node(small()).roots()}, SENT + limit, random.Random(1), CONFIG) is not None
+    commit = {"leaf": "high16", "roots": Node(small()).roots()}
+    assert on_commit(small(), commit, SENT + limit, random.Random(1), CONFIG) is not None
     commit_refusal("late", f"committed after {limit + 0.5:.1f} s; the limit is {limit:g} s", small(),
-                   {"roots": Node(small()).roots()}, SENT + limit + 0.5)
+                   {"leaf": "high16", "roots": Node(small()).roots()}, SENT + limit + 0.5)
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
     assert on_commit(llm, {"tokens": [1]}, SENT + limit, random.Random(1), CONFIG) is None
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
@@ -231,7 +232,7 @@ def test_the_commit_deadline_is_inclusive_and_a_late_commit_says_by_how_much() -
 
 def test_a_second_commitment_is_refused_as_replayed() -> None:
     ch, node, _ = committed()
-    commit_refusal("replayed", "already committed", ch, {"roots": node.roots()}, SENT + 0.6)
+    commit_refusal("replayed", "already committed", ch, {"leaf": "high16", "roots": node.roots()}, SENT + 0.6)
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG)
     on_commit(llm, {"tokens": [1, 2]}, SENT + 0.5, random.Random(1), CONFIG)
     commit_refusal("replayed", "already committed", llm, {"tokens": [3, 4]}, SENT + 0.6)
@@ -390,7 +391,7 @@ def test_an_sgemm_record_lets_anyone_recompute_the_challenge() -> None:
     assert {k: v for k, v in record.items() if k not in ("seed_method", "rtt_ms", "commit_s", "observed_gflops")} \
         == {"id": NONCE[:16], "kind": "sgemm", "issued_at": 1.7e9, "n": 1024, "reps": 4, "instances": 2,
             "beacon_round": 7, "nonce": NONCE, "claimed_gflops": 40.0, "rows": message["rows"], "roll_call": "rc-1",
-            "products": [4, 4], "stop_after_s": None}
+            "products": [4, 4], "leaf": "fp32", "stop_after_s": None}
     # the times and the rate, to the microsecond, the 0.1 ms and the 0.001 GFLOP/s
     assert record["rtt_ms"] == pytest.approx(12.3456789, abs=5e-4)
     assert record["commit_s"] == pytest.approx(0.7654321 - 0.0123456789, abs=5e-5)

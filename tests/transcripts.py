@@ -25,7 +25,7 @@ def answered_transcript(reactor: Path, relay_id: str, node_id: str, claimed_gflo
     answer = SgemmAnswer(reactor, ch.seeds, ch.n, ch.reps)
     rng = random.Random(1)
     try:
-        opening = on_commit(ch, {"roots": answer.commit()}, time.perf_counter(), rng, config)
+        opening = on_commit(ch, {"roots": answer.commit(), "leaf": answer.leaf}, time.perf_counter(), rng, config)
         if opening is None:
             raise RuntimeError("an SGEMM commitment is always followed by an opening")
         rows = answer.open(opening["rows"])

@@ -3,11 +3,12 @@
 node -> relay  {"type": "hello", "answers": ["sgemm"]}          the session opts in to challenges
 relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "reps": R, "seeds": [HEX16, ...],
                 "beacon_round": R, "nonce": HEX, "commit_within_s": S, "stop_after_s": D (roll calls only)}
-node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...], "products": [K, ...]}
+node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...], "products": [K, ...], "leaf": "high16"}
                 one Merkle root per seed (instance) over its first K products (capsule/cpu_challenge.py);
-                "products" absent: all R. At a roll call the node stops D seconds after the challenge
-                arrived (the common deadline, less a margin for the last product and the network) and
-                commits what it finished: the relay counts the work of those products.
+                "products" absent: all R; "leaf" absent: "fp32" (an older node's leaves hash whole rows).
+                At a roll call the node stops D seconds after the challenge arrived (the common deadline,
+                less a margin for the last product and the network) and commits what it finished: the
+                relay counts the work of those products.
 relay -> node  {"type": "open", "id": HEX, "rows": [[instance, leaf], ...]}   drawn after the commitment,
                 among the committed products' rows
 node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf, "values": BASE64,
@@ -87,6 +88,7 @@ class Challenge:
     open_sent_at: float | None = None
     stop_after_s: float | None = None  # sgemm at a roll call: the node commits what it finished by then
     products: list[int] | None = None  # sgemm: products committed per instance (None: not committed yet)
+    leaf: str = "fp32"                 # sgemm: what each committed leaf hashes (cpu_challenge.LEAF_FORMS)
 
     @property
     def flops(self) -> float:
@@ -150,7 +152,7 @@ class Challenge:
                 "beacon_round": self.beacon_round, "nonce": self.nonce,
                 "seed_method": "instance i: first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}'); "
                                "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64); inputs: capsule/cpu_challenge.py",
-                "products": self.products, "stop_after_s": self.stop_after_s,
+                "products": self.products, "leaf": self.leaf, "stop_after_s": self.stop_after_s,
                 "claimed_gflops": self.claimed_gflops, "rtt_ms": round(self.rtt_ms, 3),
                 "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                 "observed_gflops": round(self.observed_gflops, 3) if self.observed_gflops else None,
@@ -244,11 +246,12 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
             or not all(isinstance(r, str) and len(r) == 64 for r in roots)):
         raise ChallengeError("malformed_commit", f"expected {len(ch.seeds)} roots of 64 hex digits")
     products = parse_products(ch, message.get("products"))
+    leaf = parse_leaf(ch, message.get("leaf"))
     try:
         ch.roots = [bytes.fromhex(r) for r in roots]
     except ValueError:
         raise ChallengeError("malformed_commit", "a root is not hex") from None
-    ch.products = products
+    ch.products, ch.leaf = products, leaf
     ch.commit_s = lag_forgiven(net_time_s(elapsed, ch.rtt_ms, config), allowance, ch.roll_call is not None,
                                config)
     # rows among the committed products only: a product committed but not computed is caught with the same
@@ -286,6 +289,17 @@ def parse_products(ch: Challenge, value: object) -> list[int] | None:
     return list(value)
 
 
+def parse_leaf(ch: Challenge, value: object) -> str:
+    """What an SGEMM commitment's leaves hash (absent: "fp32", an older node's whole rows). A GPU answer's
+    leaves are always whole rows (capsule/gpu_challenge.py). Raises ChallengeError."""
+    if value is None:
+        return "fp32"
+    if ch.kind != "sgemm" or value not in cpu_challenge.LEAF_FORMS:
+        raise ChallengeError("malformed_commit", f"leaf: expected one of {', '.join(cpu_challenge.LEAF_FORMS)} "
+                                                 f"for an sgemm commitment, got {str(value)[:40]!r}")
+    return str(value)
+
+
 def committed_products(ch: Challenge, instance: int) -> int:
     return ch.products[instance] if ch.products is not None else ch.reps
 
@@ -314,7 +328,8 @@ def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
         except ValueError:
             raise ChallengeError("malformed_opening", "a proof hash is not hex") from None
         if ch.kind == "sgemm":
-            cpu_challenge.check_proof(raw, row, siblings, ch.roots[instance], ch.n, committed_products(ch, instance))
+            cpu_challenge.check_proof(raw, row, siblings, ch.roots[instance], ch.n, committed_products(ch, instance),
+                                      ch.leaf)
         else:
             check_proof(raw, row, siblings, ch.roots[instance], ch.n * ch.reps)
         opened.setdefault(instance, {})[row] = np.frombuffer(raw, "<f4")

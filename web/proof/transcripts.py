@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsule.challenge import LLM_MAX_TOKENS, LLM_VOCAB, ChallengeError, instance_seed
+from capsule.cpu_challenge import LEAF_FORMS
 from web.config import RelayConfig
 from web.proof.challenges import Challenge, check_opened, parse_opening
 
@@ -56,6 +57,8 @@ def transcript_body(relay_id: str, ch: Challenge, beacon_value: str, passed: boo
                          rows=[list(r) for r in ch.rows], opened=ch.opened_items or [])
         if ch.kind == "sgemm" and ch.products is not None:
             challenge["products"] = list(ch.products)  # the work the verdict counted (commit_s is its time)
+        if ch.kind == "sgemm":
+            challenge["leaf"] = ch.leaf  # what the node's leaves hash (absent in older transcripts: "fp32")
     return {"v": 1, "relay": relay_id, "node_id": ch.node_id, "roll_call": ch.roll_call, "at": int(at),
             "challenge": challenge}
 
@@ -106,6 +109,10 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
                 type(k) is int and 1 <= k <= ch.reps for k in products)):
             raise TranscriptError("invalid_transcript", f"challenge.products: {instances} integers in [1, reps]")
         ch.products = list(products) if products is not None else [ch.reps] * instances
+        leaf = c.get("leaf", "fp32")
+        if leaf not in LEAF_FORMS:
+            raise TranscriptError("invalid_transcript", f"challenge.leaf: expected one of {', '.join(LEAF_FORMS)}")
+        ch.leaf = str(leaf)
     return ch
 
 
