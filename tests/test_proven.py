@@ -125,6 +125,17 @@ def next_proof(relay: RelayProcess, keys: Sequence[Identity], within_s: float = 
     return str(until(f"a roll call answered by all {len(keys)}", within_s, common))
 
 
+def roll_call_passed(relay: RelayProcess, since: float, within_s: float = 30) -> dict[str, Any]:
+    """Waits until a roll call that began after `since` (unix time) is past both its phases (SGEMM at `at`,
+    the reference model ROLL's 3 s later; 1 s more for their challenges to be recorded); that roll call. The
+    precondition of "it was asked at none": a wait that saw no roll call proves nothing."""
+    def passed() -> dict[str, Any] | None:
+        calls = [c for c in relay.get("/v1/roll-calls?limit=20")[1]["roll_calls"] if c["at"] > since]
+        return min(calls, key=lambda c: c["at"]) if calls and time.time() > min(c["at"] for c in calls) + 4 else None
+
+    return dict(until("a roll call", within_s, passed))
+
+
 def stats(relay: RelayProcess) -> dict[str, Any]:
     return dict(relay.get("/stats")[1])
 
@@ -178,14 +189,14 @@ def test_dropping_llm_then_opting_out_or_coming_back_without_hello_counts_nothin
         session.hello([])  # what a hidden tab sends
         until("opting out stops the count", 5, lambda: node(relay, key)["trust"]["counted"]["cpu_gflops"] == 0)
         asked = len(challenges(relay, key))
-        time.sleep(10)  # two roll calls on average
+        roll_call_passed(relay, time.time())
         assert len(challenges(relay, key)) == asked and node(relay, key)["trust"]["counted"]["cpu_gflops"] == 0
     finally:
         session.stop()
     silent = LiveSession(relay.url, key).start()  # heartbeats only: no hello, no challenges
     try:
         until("the node is live again", 10, lambda: node(relay, key)["status"]["online"])
-        time.sleep(10)
+        roll_call_passed(relay, time.time())
         body = node(relay, key)
         assert body["status"]["online"] and body["trust"]["counted"]["cpu_gflops"] == 0, body["trust"]
         assert len(challenges(relay, key)) == asked
@@ -236,7 +247,7 @@ def test_random_token_hashes_are_caught_before_they_count(tmp_path: Any, measure
             codes = [(e["kind"], e["code"]) for e in challenges(relay, key)]
             assert ("llm", "wrong_tokens") in codes, codes
             session.hello(["sgemm"])
-            time.sleep(10)
+            roll_call_passed(relay, time.time())
             body = node(relay, key)
             assert body["trust"]["status"] == "flagged" and body["trust"]["counted"]["cpu_gflops"] == 0
             assert stats(relay)["tokens_per_sec"] == 0 and stats(relay)["cpu_gflops"] == 0
