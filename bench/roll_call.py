@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from websockets.asyncio.client import connect  # noqa: E402
+from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from bench.relay_load import ONE_ADDRESS  # noqa: E402
 from bench.relay_sessions import beats, cpu_s, known_everywhere, register_nodes  # noqa: E402
@@ -55,13 +56,26 @@ RELAY = ["--ip-rate", "1000000", "--log-level", "warning", "--beacon-interval", 
          "--challenge-first-after", "100000", *ONE_ADDRESS]
 
 
-async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged: list[int]) -> None:
-    """Says hello, beats and pongs, and lets every challenge go unanswered."""
+async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged: list[int],
+                         sessions: dict[str, int] | None = None) -> None:
+    """Says hello, beats and pongs, and lets every challenge go unanswered. `sessions` counts those open now
+    (welcomed, hello sent, not closed) and those that never opened or closed early (`lost`): what a roll call's
+    coverage is judged against, from the client's side."""
+    sessions = sessions if sessions is not None else {"open": 0, "lost": 0}
+    try:
+        await _silent_session(url, key, stop, challenged, sessions)
+    except (TimeoutError, OSError, ConnectionClosed, ValueError, KeyError):
+        sessions["lost"] += 1
+
+
+async def _silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged: list[int],
+                          sessions: dict[str, int]) -> None:
     async with connect(url, open_timeout=60, max_size=2**22, ping_interval=None) as ws:
         welcome = json.loads(await ws.recv())
         await ws.send(json.dumps({"type": "hello", "answers": ["sgemm"]}))
         every = None if welcome.get("liveness") == "pongs" else float(welcome["heartbeat_interval_s"]) / 2
         beat = asyncio.create_task(beats(ws, key, welcome["session"], every, {}, stop))
+        sessions["open"] += 1
         try:
             async for frame in ws:
                 if isinstance(frame, bytes):
@@ -76,6 +90,7 @@ async def silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenged
                     await ws.send(json.dumps({"type": "cosigned",
                                               "sample": sign("LinkSample", message["sample"], key, "sig_a")}))
         finally:
+            sessions["open"] -= 1
             beat.cancel()
 
 
@@ -100,18 +115,22 @@ def roll_calls(relay: RelayProcess, processes: int = 1) -> list[dict[str, Any]]:
         spreads = [r["send_spread_ms"] for r in rows if r["send_spread_ms"] is not None]
         merged.append({"id": rows[0]["id"], "at": min(r["at"] for r in rows),
                        "sessions_challenged": sum(r["sessions_challenged"] for r in rows),
+                       "failure_codes": sorted({code for r in rows for code in r["failure_codes"]}),
+                       "not_asked": {why: sum(r.get("sessions_not_asked", {}).get(why, 0) for r in rows)
+                                     for why in {w for r in rows for w in r.get("sessions_not_asked", {})}},
                        "send_spread_ms": max(spreads) if spreads else None,
                        "between_ms": (max(r["at"] for r in rows) - min(r["at"] for r in rows)) * 1000})
     return sorted(merged, key=lambda c: c["at"])
 
 
 async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count: int,
-               processes: int = 1) -> dict[str, float]:
+               processes: int = 1) -> dict[str, Any]:
     url = relay.url.replace("http://", "ws://") + "/v1/live"
     stop, challenged = asyncio.Event(), [0]
+    sessions = {"open": 0, "lost": 0}
     tasks = []
     for i, key in enumerate(keys):
-        tasks.append(asyncio.create_task(silent_session(url, key, stop, challenged)))
+        tasks.append(asyncio.create_task(silent_session(url, key, stop, challenged, sessions)))
         if i % 200 == 199:
             await asyncio.sleep(0.2)
     await asyncio.sleep(8)  # every session said hello and beat
@@ -120,6 +139,14 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
     spreads: list[float] = []
     between: list[float] = []  # how far apart the processes began each roll call
     reached: list[float] = []
+    # per measured roll call: the sessions open on the client side as it began (+1, the honest node), and the
+    # challenges the silent sessions received for it (counted from the last poll with no roll call in flight:
+    # a challenge that arrived before its roll call showed is missed, so this can only under-count)
+    live: list[tuple[int, int, int]] = []  # (open, received + 1, relay's sessions_challenged)
+    mark, open_before = challenged[0], sessions["open"]
+    codes: set[str] = set()  # the failure codes of the measured roll calls (busy: not asked, still answering)
+    every: dict[str, Any] = {}  # every roll call seen in the window: challenged, not asked by why, failure codes
+    widest_not_asked: dict[str, int] = {}  # the widest roll call's sessions not asked, by why (the relays')
     widest = 0.0  # the largest share of the sessions any roll call challenged (said when none reached COVERAGE)
     cpu: list[float] = []
     deadline = time.monotonic() + 300
@@ -129,7 +156,12 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         # a roll call challenges the sessions live at its moment: at 10,000 sessions on one saturated process
         # some are not (late heartbeats), so those that reached at least COVERAGE of them count, and say so
         calls = [c for c in roll_calls(relay, processes) if c["id"] not in seen]
-        widest = max([widest, *(c["sessions_challenged"] / (len(keys) + 1) for c in calls)])
+        if not calls:
+            mark, open_before = challenged[0], sessions["open"]
+        for c in calls:
+            every[c["id"]] = (c["sessions_challenged"], c["not_asked"], c["failure_codes"])
+            if c["sessions_challenged"] / (len(keys) + 1) >= widest:
+                widest, widest_not_asked = c["sessions_challenged"] / (len(keys) + 1), c["not_asked"]
         fresh = [c for c in calls if c["sessions_challenged"] >= COVERAGE * (len(keys) + 1)]
         if not fresh:
             continue
@@ -137,6 +169,10 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         seen.add(call["id"])
         reached.append(call["sessions_challenged"] / (len(keys) + 1))
         await asyncio.sleep(2.0)
+        seen.update(c["id"] for c in calls)  # those below COVERAGE too: their challenges are in `mark` now
+        live.append((open_before + 1, challenged[0] - mark + 1, call["sessions_challenged"]))
+        codes.update(call["failure_codes"])
+        mark, open_before = challenged[0], sessions["open"]
         cpu.append(cpu_s(relay.proc.pid) - before)
         spreads.append(call["send_spread_ms"])
         between.append(call["between_ms"])
@@ -160,6 +196,9 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
             "relay_cpu_s": statistics.median(cpu) if cpu else float("nan"), "roll_calls": len(spreads),
             "honest_ratio": statistics.median(ratios) if ratios else float("nan"), "honest_n": len(ratios),
             "reached": min(reached) if reached else float("nan"), "widest": widest,
+            "live_share": min((min(r, c) / o for o, r, c in live), default=float("nan")),
+            "live": live[0] if live else (0, 0, 0), "lost": sessions["lost"], "codes": sorted(codes),
+            "not_asked": widest_not_asked, "every": list(every.values()),
             "between_ms": max(between) if between else float("nan")}
 
 
@@ -209,7 +248,11 @@ def main() -> int:
                     got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls, args.processes))
                     reference = reference or got["spread_ms"]
                     print(f"{n:>6} sessions + 1 honest: {got['roll_calls']} roll calls (each challenged at least "
-                          f"{got['reached']:.1%} of the sessions; the widest of all {got['widest']:.1%}), "
+                          f"{got['reached']:.1%} of the sessions; the widest of all {got['widest']:.1%}; of the "
+                          f"sessions open on the client side, the least challenged and received "
+                          f"{got['live_share']:.2%}: open, received, challenged {got['live']}; {got['lost']} "
+                          f"never opened or closed early; failure codes {got['codes']}; the widest roll call's "
+                          f"sessions not asked, by why: {got['not_asked']}), "
                           "send spread median "
                           f"{got['spread_ms']:.1f} ms (max {got['spread_max_ms']:.1f}; "
                           f"x{got['spread_ms'] / reference:.1f} the {steps[0]}-session spread; target <= 100 ms = 10% "
@@ -218,7 +261,8 @@ def main() -> int:
                           + (f", processes began it up to {got['between_ms']:.1f} ms apart"
                              if args.processes > 1 else "")
                           + ", honest observed/claimed "
-                          f"{got['honest_ratio']:.2f} (median of {got['honest_n']})", flush=True)
+                          f"{got['honest_ratio']:.2f} (median of {got['honest_n']}); every roll call seen "
+                          f"(challenged, not asked by why, failure codes): {got['every']}", flush=True)
             finally:
                 node.stop()
         finally:

@@ -150,6 +150,7 @@ def test_every_session_of_every_process_is_asked_at_one_roll_call(tmp_path: Path
         time.sleep(0.5)  # the sessions' counters: the frames were sent before the relay's row was written
         asked = {m: rows[m]["sessions_challenged"] for m in members}
         assert asked == dict(held), (call_id, asked, dict(held), rows)  # every session of every process: 100%
+        assert all(rows[m]["sessions_not_asked"] == {} for m in members), rows  # none left out, for any reason
         assert sum(asked.values()) == NODES
         ats = [rows[m]["at"] for m in members]
         assert max(ats) - min(ats) <= SAME_MOMENT_S, (call_id, ats)

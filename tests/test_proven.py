@@ -189,7 +189,8 @@ def test_dropping_llm_then_opting_out_or_coming_back_without_hello_counts_nothin
         session.hello([])  # what a hidden tab sends
         until("opting out stops the count", 5, lambda: node(relay, key)["trust"]["counted"]["cpu_gflops"] == 0)
         asked = len(challenges(relay, key))
-        roll_call_passed(relay, time.time())
+        call = roll_call_passed(relay, time.time())
+        assert call["sessions_not_asked"].get("opted_out", 0) >= 1, call  # and the roll call says why
         assert len(challenges(relay, key)) == asked and node(relay, key)["trust"]["counted"]["cpu_gflops"] == 0
     finally:
         session.stop()

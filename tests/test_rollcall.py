@@ -329,6 +329,7 @@ def test_a_roll_call_as_the_relay_lists_it() -> None:
 
     call = RollCall("42-abcdefgh", 42, 1000.12345, challenged={"a", "b", "c"}, answered={"a"},
                     failed={"b": "late", "c": "after_deadline", "d": "late"}, send_spread_ms=1.23456,
+                    not_asked={"opted_out": 2, "asked_elsewhere": 1},
                     llm_at=1003.98765, llm_challenged={"a", "b"}, llm_answered={"a"}, llm_failed={"b": "wrong_tokens"},
                     llm_send_spread_ms=0.12345, gpu_challenged={"a"}, gpu_answered=set(),
                     gpu_failed={"a": "after_deadline"}, gpu_shown={"x": (1.0, 1)},
@@ -336,6 +337,7 @@ def test_a_roll_call_as_the_relay_lists_it() -> None:
     assert call.to_json() == {
         "id": "42-abcdefgh", "beacon_round": 42, "at": 1000.123, "sessions_challenged": 3, "answered": 1,
         "failed": 3, "failure_codes": ["after_deadline", "late"], "send_spread_ms": 1.235,
+        "sessions_not_asked": {"asked_elsewhere": 1, "opted_out": 2},
         "llm": {"at": 1003.988, "challenged": 2, "answered": 1, "failed": 1, "failure_codes": ["wrong_tokens"],
                 "send_spread_ms": 0.123},
         "gpu": {"challenged": 1, "answered": 0, "failed": 1, "failure_codes": ["after_deadline"]},
@@ -344,7 +346,7 @@ def test_a_roll_call_as_the_relay_lists_it() -> None:
     assert empty["send_spread_ms"] is None and empty["llm"] == {
         "at": None, "challenged": 0, "answered": 0, "failed": 0, "failure_codes": [], "send_spread_ms": None}
     assert empty["gpu"] == {"challenged": 0, "answered": 0, "failed": 0, "failure_codes": []}
-    assert empty["proven"] == {}
+    assert empty["proven"] == {} and empty["sessions_not_asked"] == {}
 
 
 def test_the_countdown_names_the_next_eligible_moment_and_the_default_pace() -> None:

@@ -62,19 +62,24 @@ class RollCaller:
     def latest(self) -> RollCall | None:
         return self.calls[-1] if self.calls else None
 
-    def _targets(self) -> dict[str, Challengee]:
+    def _targets(self, skipped: dict[str, int] | None = None) -> dict[str, Challengee]:
         """One answering session per node with a claim here (a node with two sessions is asked once; one with
-        a session on a lower-id relay of the cluster is asked there)."""
+        a session on a lower-id relay of the cluster is asked there). `skipped` counts the sessions left out,
+        by why (what GET /v1/roll-calls shows as sessions_not_asked: a session missing from a roll call is
+        never unexplained)."""
         out: dict[str, Challengee] = {}
         atlas, outbox, now = self.desk.core.atlas, self.desk.outbox, time.time()
         for who in self.desk.sessions.values():
             entry = atlas.nodes.get(who.node_id or "")
-            if (who.node_id is None or not who.active or who.node_id in out or entry is None
-                    or entry.profile.claimed_gflops is None or who.node_id not in atlas.live):
-                continue
-            if outbox.asked_elsewhere(who.node_id, now):
-                continue  # asked by a lower relay of its region, or counted in the region it moved to
-            out[who.node_id] = who
+            why = ("unidentified" if who.node_id is None else "opted_out" if not who.active
+                   else "second_session" if who.node_id in out else "no_profile_here" if entry is None
+                   else "no_cpu_claim" if entry.profile.claimed_gflops is None
+                   else "not_live" if who.node_id not in atlas.live
+                   else "asked_elsewhere" if outbox.asked_elsewhere(who.node_id, now) else None)
+            if why is None and who.node_id is not None:
+                out[who.node_id] = who
+            elif why is not None and skipped is not None:
+                skipped[why] = skipped.get(why, 0) + 1
         return out
 
     def on_remote_result(self, ch: Challenge, passed: bool, verdict: str | None) -> None:
@@ -149,7 +154,7 @@ class RollCaller:
         # the same id on every relay of a cluster (they all run the leader's round): transcripts name it
         call = RollCall(f"{beacon['round']}-{str(beacon['relay'])[-8:]}", int(beacon["round"]), now_wall)
         self.calls = [*self.calls, call][-self.config.roll_calls_kept:]
-        targets = self._targets()
+        targets = self._targets(call.not_asked)
         # whoever this relay does not ask now stops counting now: joined since, hidden, opted out, gone, and a
         # node another relay of the cluster asks: it counts again only on evidence of this roll call (that
         # relay's transcript), never because another relay is assumed to have asked it (two identities

@@ -160,6 +160,7 @@ class RollCall:
     challenged: set[str] = field(default_factory=set)      # node ids sent an SGEMM challenge
     answered: set[str] = field(default_factory=set)        # passed
     failed: dict[str, str] = field(default_factory=dict)   # node id -> code
+    not_asked: dict[str, int] = field(default_factory=dict)  # sessions left out, by why (RollCaller._targets)
     send_spread_ms: float | None = None          # last send - first send, on the relay's clock
     llm_at: float | None = None
     llm_challenged: set[str] = field(default_factory=set)
@@ -178,6 +179,7 @@ class RollCall:
         return {"id": self.id, "beacon_round": self.beacon_round, "at": round(self.at, 3),
                 "sessions_challenged": len(self.challenged), "answered": len(self.answered),
                 "failed": len(self.failed), "failure_codes": sorted(set(self.failed.values())),
+                "sessions_not_asked": dict(sorted(self.not_asked.items())),
                 "send_spread_ms": None if self.send_spread_ms is None else round(self.send_spread_ms, 3),
                 "llm": {"at": None if self.llm_at is None else round(self.llm_at, 3),
                         "challenged": len(self.llm_challenged), "answered": len(self.llm_answered),
