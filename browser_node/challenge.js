@@ -32,13 +32,15 @@ export function challengeAnswerer(module) {
         return { type: "commit", id: m.id, tokens };
       }
       const ws = await pool(seeds.length);
+      // leaves over each entry's high half where the relay offers it (capsule/kernels/challenge.c); a relay that
+      // names no forms is older and checks whole rows (capsule/cpu_challenge.py leaf_form_offered)
+      const high16 = Array.isArray(m.leaves) && m.leaves.includes("high16");
       const done = await Promise.all(ws.map((w, i) => call(w, {
         cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n, reps: m.reps || 1,
-        stopAt })));
+        stopAt, high16 })));
       current = { id: m.id, count: seeds.length };
-      // leaf "high16": the capsule's leaves hash each entry's high half (capsule/kernels/challenge.c)
       return { type: "commit", id: m.id, roots: done.map((d) => d.root), products: done.map((d) => d.products),
-               leaf: "high16" };
+               leaf: high16 ? "high16" : "fp32" };
     },
     // {type: "open"} -> {type: "opening"}: the named rows with their proofs, in the order asked
     async open(m) {

@@ -2,7 +2,7 @@
 // capsule's own probe driver — the same C, arguments and ProbeReport as `wasmtime run capsule.wasm`.
 // The worker only supplies the clock (unix time in microseconds, so all workers share one timeline)
 // and collects the summary lines. Messages: {cmd: "init", module}, then {cmd: "run", args: [...]}; for the
-// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps, stopAt} ->
+// relay's challenges (browser_node/challenge.js) {cmd: "challenge", seedLo, seedHi, n, reps, stopAt, high16} ->
 // {root (hex), products} and
 // {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}; {cmd: "llm", seedLo, seedHi,
 // decode, stopAt} -> [token id, ...] (1 to decode of them); {cmd: "llmWarm"} -> null (makes the reference model).
@@ -39,6 +39,7 @@ let challengeN = 0; // the order of the product this worker committed to
 // is begun only while the last one's time still fits before it (the first always is), then the worker
 // commits to those it finished (capsule/kernels/challenge.c; host_runner/challenge_answer.py does the same).
 function challenge(m) {
+  k.ce_challenge_leaf_form(m.high16 ? 1 : 0);
   const rc = k.ce_challenge_begin(m.seedLo >>> 0, m.seedHi >>> 0, m.n, m.reps);
   if (rc !== 0) throw new Error(rc === 1 ? `out of memory for products of order ${m.n}` : `bad challenge size ${m.n} x ${m.reps}`);
   let done = 0;

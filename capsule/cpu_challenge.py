@@ -38,8 +38,14 @@ A_STREAM = 0x6368616C2D41   # "chal-A"
 B_STREAM = 0x6368616C2D42   # "chal-B"
 NODE_KEY = blake3.blake3(b"ce-bench/v1/merkle-node").digest()
 MAX_PRODUCTS = 65536        # CE_CHALLENGE_MAX_PRODUCTS: only each product's root is kept
-LEAF_FORMS = ("high16", "fp32")  # what a leaf hashes: each entry's high half (the capsule's), the whole row
-LEAF_FORM = "high16"         # what this capsule commits
+LEAF_FORMS = ("high16", "fp32")  # what a leaf hashes: each entry's high half, the whole row (older relays')
+LEAF_FORM = "high16"         # what this capsule commits where the relay offers it
+
+
+def leaf_form_offered(offered: object) -> str:
+    """The leaf form to answer a challenge in: "high16" where the challenge's "leaves" offers it, else "fp32"
+    (a relay that names no forms is older and checks whole rows: answering it in high halves would fail)."""
+    return LEAF_FORM if isinstance(offered, list) and LEAF_FORM in offered else "fp32"
 
 
 def leaf_hash(row: bytes, form: str = LEAF_FORM) -> bytes:

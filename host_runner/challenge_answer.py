@@ -46,8 +46,6 @@ class SgemmAnswer:
     (hex) over the products done (`products`, per instance); `open` returns the named rows (leaves) with their
     proofs. Holds the reactors in between (each keeps its products' roots; an opened product is recomputed)."""
 
-    leaf = LEAF_FORM  # what the capsule's leaves hash: the commit message names it
-
     def __init__(self, reactor_wasm: Path, seeds: list[int], n: int, reps: int = 1,
                  pool: ReactorPool | None = None) -> None:
         self.wasm = reactor_wasm
@@ -57,6 +55,7 @@ class SgemmAnswer:
         self.pool = pool or ReactorPool(reactor_wasm)
         self.reactors: list[Reactor] = []
         self.products: list[int] = []
+        self.leaf = LEAF_FORM  # what the leaves hash ("fp32" for a relay that does not offer it): the commit says
 
     def commit(self, stop_at: float | None = None) -> list[str]:
         """Every product, or with `stop_at` (a time.perf_counter() moment: the roll call's deadline as the
@@ -73,6 +72,7 @@ class SgemmAnswer:
             try:
                 reactor = pooled[i]
                 seed = self.seeds[i]
+                reactor.call("ce_challenge_leaf_form", int(self.leaf == "high16"))
                 rc = int(reactor.call("ce_challenge_begin", seed & 0xFFFFFFFF, seed >> 32, self.n, self.reps))
                 if rc != 0:
                     raise CapsuleError(f"the capsule could not begin the challenge (code {rc}, n={self.n}, "

@@ -22,6 +22,7 @@ from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
 from capsule.challenge import LLM_MAX_TOKENS
+from capsule.cpu_challenge import leaf_form_offered
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
 from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer, warm_llm
@@ -249,6 +250,7 @@ class LiveSession:
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
         answer = self.answer_factory(self.reactor_wasm, seeds, n, reps, self._pool)
+        answer.leaf = leaf_form_offered(message.get("leaves"))
         self._drop_answers("cpu")  # a new SGEMM challenge supersedes one the relay gave up on (not a GPU one)
 
         def work() -> None:

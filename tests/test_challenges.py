@@ -20,10 +20,15 @@ from capsule.challenge import (
     instance_seed,
     order_of,
     reps_for,
-    tree_width,
 )
-from capsule.cpu_challenge import check_entries, check_proof, commitment_root, inputs_of, node_hash, product_root
-from capsule.cpu_challenge import leaf_hash as cpu_leaf
+from capsule.cpu_challenge import (
+    check_entries,
+    check_proof,
+    commitment_root,
+    inputs_of,
+    leaf_form_offered,
+    product_root,
+)
 from host_runner.challenge_answer import SgemmAnswer
 from web.config import RelayConfig
 from web.proof.challenges import check_opened, new_challenge, new_llm_challenge, on_commit, parse_opening
@@ -213,49 +218,33 @@ def test_a_commitment_to_the_products_finished_counts_their_work(artifacts: Any)
     answer.release()
 
 
-def test_an_older_nodes_whole_row_leaves_still_verify_and_the_form_is_bound(
-        answered: tuple[SgemmAnswer, list[str]]) -> None:
-    """A commit without "leaf" is an older node's: whole-row fp32 leaves. Its answer passes as before; the
-    capsule's high-half roots sent without "leaf" open nothing (the relay hashes the form the commit names)."""
-    answer, roots = answered
-    n = answer.n
-    old_roots = []
-    for i in range(2):
-        leaves = rows_of(answer, i)
-        old_roots.append(commitment_root([product_root([r.astype("<f4").tobytes() for r in leaves[t * n:(t + 1) * n]],
-                                                       "fp32") for t in range(answer.reps)]).hex())
-    assert old_roots != roots
-    rng = random.Random(6)
-    ch = challenge_for(answer)
-    opening = on_commit(ch, {"roots": old_roots}, 100.5, rng, CONFIG)
-    assert opening is not None and ch.leaf == "fp32"
-    rows = answer.open(opening["rows"])  # the same rows and sibling hashes above the leaves differ: rebuild
-    for item, (instance, leaf) in zip(rows, opening["rows"], strict=True):
-        every = rows_of(answer, instance)
-        t = leaf // n
-        sub = [cpu_leaf(r.astype("<f4").tobytes(), "fp32") for r in every[t * n:(t + 1) * n]]
-        tops = [product_root([r.astype("<f4").tobytes() for r in every[u * n:(u + 1) * n]], "fp32")
-                for u in range(answer.reps)]
-        item["proof"] = [h.hex() for h in path_of(sub, leaf % n) + path_of(tops, t)]
-    assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.6, CONFIG), rng, CONFIG) < 1.0
-    assert ch.record()["leaf"] == "fp32"
-    new = challenge_for(answer)
-    opening = on_commit(new, {"roots": roots}, 100.5, random.Random(6), CONFIG)  # "leaf" left out
-    assert opening is not None
-    with pytest.raises(ChallengeError) as exc:
-        parse_opening(new, {"rows": answer.open(opening["rows"])}, 100.6, CONFIG)
-    assert exc.value.code == "wrong_proof"
-
-
-def path_of(leaves: list[bytes], index: int) -> list[bytes]:
-    """Sibling hashes of leaf `index` in the padded tree over `leaves` (cpu_challenge's tree)."""
-    level = leaves + [bytes(32)] * (tree_width(len(leaves)) - len(leaves))
-    path = []
-    while len(level) > 1:
-        path.append(level[index ^ 1])
-        level = [node_hash(level[j], level[j + 1]) for j in range(0, len(level), 2)]
-        index //= 2
-    return path
+def test_leaf_forms_are_offered_by_the_relay_and_named_by_the_node(artifacts: Any) -> None:
+    """The relay's challenge offers the leaf forms it checks; a node answers in high halves where offered and in
+    whole rows otherwise (an older relay names none, and checks whole rows: a node in high halves would fail
+    there). A commit without "leaf" (an older node) is checked as whole rows: the capsule's whole-row answer
+    passes so, and its high-half roots sent without "leaf" open nothing (the form is part of the proof)."""
+    ch = new_challenge("node", 1.0, 1, 128, BEACON, "00ff", 0.0, 100.0, CONFIG)
+    assert ch.message(CONFIG)["leaves"] == ["high16", "fp32"]
+    assert "leaves" not in new_llm_challenge("node", 10.0, BEACON, "00ff", 0.0, 100.0, CONFIG).message(CONFIG)
+    assert [leaf_form_offered(v) for v in (["high16", "fp32"], ["fp32"], None, "high16", [])] == \
+        ["high16", "fp32", "fp32", "fp32", "fp32"]
+    seeds = [instance_seed(BEACON["value"], "00ff", i) for i in range(2)]
+    for form, said in (("fp32", None), ("fp32", "fp32"), ("high16", "high16"), ("high16", None)):
+        answer = SgemmAnswer(artifacts.reactor, seeds, 128, 2)
+        answer.leaf = form
+        roots = answer.commit()
+        rng = random.Random(6)
+        ch = challenge_for(answer)
+        opening = on_commit(ch, {"roots": roots} | ({"leaf": said} if said else {}), 100.5, rng, CONFIG)
+        assert opening is not None and ch.leaf == (said or "fp32") and ch.record()["leaf"] == ch.leaf
+        rows = answer.open(opening["rows"])
+        if form == ch.leaf:
+            assert check_opened(ch, parse_opening(ch, {"rows": rows}, 100.6, CONFIG), rng, CONFIG) < 1.0
+        else:
+            with pytest.raises(ChallengeError) as exc:
+                parse_opening(ch, {"rows": rows}, 100.6, CONFIG)
+            assert exc.value.code == "wrong_proof"
+        answer.release()
 
 
 def test_trust_states() -> None:

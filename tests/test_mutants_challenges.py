@@ -185,7 +185,8 @@ def test_the_challenge_messages_carry_what_the_node_needs_and_nothing_of_the_cla
     assert all(len(s) == 16 for s in seeds)
     assert ch.message(CONFIG) == {"type": "challenge", "id": NONCE[:16], "kind": "sgemm", "n": 512, "reps": 37,
                                   "seeds": seeds, "beacon_round": 7, "nonce": NONCE,
-                                  "commit_within_s": CONFIG.challenge_commit_timeout_s}
+                                  "commit_within_s": CONFIG.challenge_commit_timeout_s,
+                                  "leaves": ["high16", "fp32"]}
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 3.0, SENT, CONFIG)
     assert llm.message(CONFIG) == {"type": "challenge", "id": NONCE[:16], "kind": "llm", "decode": 50,
                                    "seeds": [f"{llm.seeds[0]:016x}"], "beacon_round": 7, "nonce": NONCE,

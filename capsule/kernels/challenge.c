@@ -43,6 +43,7 @@ static int g_n, g_reps, g_done, g_committed = 0;
 static int g_width_n, g_width_k;   /* leaves of a product tree, of the top tree (powers of two) */
 static float *g_a, *g_b, *g_c;     /* A_t, B, and the product held (g_held) */
 static int g_held = -1;
+static int g_leaf_high16 = 1;      /* the leaf form (ce_challenge_leaf_form): a setting, kept across challenges */
 static uint8_t *g_sub;             /* the held product's tree, levels bottom-up (2 width_n - 1 hashes) */
 static uint8_t *g_roots;           /* each product's root, reps x 32 */
 static uint8_t *g_top;             /* the committed top tree, levels bottom-up (2 width_k - 1 hashes) */
@@ -131,9 +132,18 @@ static int compute(int t) {
     draw_inputs((g_seed + (uint64_t)t * GOLDEN) ^ A_STREAM, count, g_a);
     if (ce_sgemm(g_n, g_n, g_n, g_a, g_n, g_b, g_n, g_c, g_n) != 0) return -1;
     memset(g_sub, 0, (size_t)(2 * g_width_n - 1) * 32);
-    hash_leaves_high16(g_c, g_n, g_sub);
+    if (g_leaf_high16)
+        hash_leaves_high16(g_c, g_n, g_sub);
+    else
+        hash_many((const uint8_t *)g_c, (size_t)g_n * sizeof *g_c, (size_t)g_n * sizeof *g_c, g_n, NULL, g_sub);
     build_levels(g_sub, g_width_n);
     g_held = t;
+    return 0;
+}
+
+int ce_challenge_leaf_form(int high16) {
+    if (high16 != 0 && high16 != 1) return 2;
+    g_leaf_high16 = high16;
     return 0;
 }
 

@@ -8,6 +8,9 @@
 #define CE_CHALLENGE_MAX_N 2048
 #define CE_CHALLENGE_MAX_PRODUCTS 65536
 
+/* The leaf form of the challenges begun after it: 1, each row's high halves ("high16", the default); 0, whole
+ * rows ("fp32": what a relay that does not offer "high16" checks). Returns 0, or 2 for another value. */
+int ce_challenge_leaf_form(int high16);
 /* Starts a challenge of at most `reps` products of order n from `seed`; computes nothing yet. Returns 0,
  * 1 (out of memory) or 2 (n outside [1, CE_CHALLENGE_MAX_N] or reps outside [1, CE_CHALLENGE_MAX_PRODUCTS]). */
 int ce_challenge_begin(uint64_t seed, int n, int reps);

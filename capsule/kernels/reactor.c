@@ -102,6 +102,7 @@ EXPORT("ce_llm_logits") const float *x_llm_logits(const ce_llm *m) { return ce_l
 EXPORT("ce_challenge_sgemm") int x_challenge_sgemm(uint32_t seed_lo, uint32_t seed_hi, int n, int reps) {
     return ce_challenge_sgemm((uint64_t)seed_hi << 32 | seed_lo, n, reps);
 }
+EXPORT("ce_challenge_leaf_form") int x_challenge_leaf_form(int high16) { return ce_challenge_leaf_form(high16); }
 EXPORT("ce_challenge_begin") int x_challenge_begin(uint32_t seed_lo, uint32_t seed_hi, int n, int reps) {
     return ce_challenge_begin((uint64_t)seed_hi << 32 | seed_lo, n, reps);
 }

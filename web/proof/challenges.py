@@ -2,7 +2,8 @@
 
 node -> relay  {"type": "hello", "answers": ["sgemm"]}          the session opts in to challenges
 relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "reps": R, "seeds": [HEX16, ...],
-                "beacon_round": R, "nonce": HEX, "commit_within_s": S, "stop_after_s": D (roll calls only)}
+                "beacon_round": R, "nonce": HEX, "commit_within_s": S, "stop_after_s": D (roll calls only),
+                "leaves": ["high16", "fp32"]}   the leaf forms the relay checks (absent: an older relay, "fp32")
 node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...], "products": [K, ...], "leaf": "high16"}
                 one Merkle root per seed (instance) over its first K products (capsule/cpu_challenge.py);
                 "products" absent: all R; "leaf" absent: "fp32" (an older node's leaves hash whole rows).
@@ -126,6 +127,8 @@ class Challenge:
                 "commit_within_s": config.challenge_commit_timeout_s}
         if self.stop_after_s is not None:
             body["stop_after_s"] = round(self.stop_after_s, 4)
+        if self.kind == "sgemm":
+            body["leaves"] = list(cpu_challenge.LEAF_FORMS)  # the leaf forms this relay checks (a node picks one)
         return body
 
     def record(self) -> dict[str, Any]:
