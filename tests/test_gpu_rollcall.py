@@ -122,8 +122,10 @@ def test_gpu_proven_and_counted_at_a_roll_call(relay: RelayProcess, measured: di
             return body if body["counted"]["gpus"] >= 1 and body["counted"]["gpu_tflops"] > 0 else None
 
         def history() -> list[Any]:  # what each roll-call phase found, when the node was never counted
-            return [(e["kind"], e["passed"], e.get("code"), e.get("observed_gflops"), e.get("observed_tflops"))
-                    for e in challenges(relay, key) if e["roll_call"]][-12:]
+            verdicts = {r["id"]: r.get("verdict") for r in list(session.results) if r.get("roll_call")}
+            return [(e["kind"], e["passed"], e.get("code"), verdicts.get(e["id"]), e.get("observed_gflops"),
+                     e.get("observed_tflops"), e.get("commit_s"), e["roll_call"])
+                    for e in challenges(relay, key) if e["roll_call"]][-12:] + [f"GPU claim {claim} TFLOP/s"]
 
         body = until("the node's GPU counted after a roll call", 90, counted, history)
         done = [e for e in gpu_answers(relay, key) if e["passed"]]
