@@ -256,3 +256,24 @@ def test_one_addresss_sessions_are_sent_back_to_back(tmp_path: Path) -> None:
     hosts = [n.who.host for n in order]
     runs = [h for i, h in enumerate(hosts) if i == 0 or hosts[i - 1] != h]
     assert len(runs) == len(set(hosts)) == 3, hosts  # each address in one run of sends
+
+
+def test_a_node_the_relay_is_still_checking_is_asked_at_the_next_roll_call(tmp_path: Path) -> None:
+    """A relay slow to check an answer (a flood, a busy machine: tests/test_flood.py failed so, 2026-12-06) must
+    not make the honest node that sent it miss the next roll call as "busy": its answer is in. A node that still
+    owes its answer is busy, as before."""
+    box: dict[str, Any] = {}
+
+    async def script(relay: Relay, desk: ChallengeDesk) -> None:
+        checked = Node(desk, "s1", "198.51.100.7", {"sgemm"}, None)
+        owing = Node(desk, "s2", "198.51.100.8", {"sgemm"}, None)
+        first = await desk.roll.run(relay.beacons.latest or {})
+        assert first.challenged == {checked.node_id, owing.node_id}  # the precondition: both asked once
+        checked.challenge("sgemm").checking = True  # its opening arrived; the relay is recomputing its rows
+        await relay.issue_beacon()
+        box.update(checked=checked, owing=owing, call=await desk.roll.run(relay.beacons.latest or {}))
+
+    in_relay(tmp_path, script)
+    checked, owing, call = box["checked"], box["owing"], box["call"]
+    assert call.challenged == {checked.node_id} and call.failed == {owing.node_id: "busy"}
+    assert len(checked.who.challenges) == 2  # the one being checked and the new one, each kept by its id

@@ -63,6 +63,13 @@ class Challengee:
     answers: frozenset[str] = frozenset({"sgemm"})  # the kinds this client answers
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
 
+    @property
+    def answering(self) -> bool:
+        """Whether the node still owes an answer (a commitment or an opening). One whose answer arrived and that
+        the relay is still checking (`checking`) is free: a relay slow to check (a flood, a busy machine) must
+        not make an honest node miss the next roll call as "busy" (tests/test_flood.py, 2026-12-06)."""
+        return any(not ch.checking for ch in self.challenges.values())
+
     def in_flight(self, cid: object) -> Challenge | None:
         """The challenge in flight with this id (a node's message names it; anything else: None)."""
         return self.challenges.get(cid) if isinstance(cid, str) else None

@@ -168,7 +168,7 @@ class RollCaller:
             # a GPU claim below the floor in all can count no GPU (web/proof/rollcall.py counted): not asked, so a
             # software adapter (lavapipe, SwiftShader: the CPU itself) never takes the cores of the SGEMM answer
             gpu = (claim.claimed_gpu_tflops or 0.0) >= self.config.gpu_floor_tflops and "gpu" in who.answers
-            if who.challenges:  # still answering an earlier challenge: not asked, counts nothing now
+            if who.answering:  # still answering an earlier challenge: not asked, counts nothing now
                 call.failed[node_id] = "busy"
                 if gpu:
                     call.gpu_failed[node_id] = "busy"
@@ -208,7 +208,7 @@ class RollCaller:
             claim = desk.core.atlas.nodes[node_id].profile
             if not claim.claimed_tps:
                 continue
-            if "llm" not in who.answers or who.challenges:
+            if "llm" not in who.answers or who.answering:
                 desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
                 continue
             # asked even where the SGEMM answer missed its deadline: a wrong token is caught all the same

@@ -63,7 +63,7 @@ async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
 
 def answering_a_challenge(conn: Connection) -> bool:
     """Whether the node owes this relay a challenge's answer now: its pongs may wait behind that work."""
-    return conn.challengee is not None and bool(conn.challengee.challenges)
+    return conn.challengee is not None and conn.challengee.answering
 
 
 async def on_pong(conn: Connection, message: dict[str, Any]) -> None:
