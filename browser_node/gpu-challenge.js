@@ -2,7 +2,8 @@
 // WebGPU and the same WGSL as servers (host_runner/gpu_answer.py): the probe's matmul_f32.wgsl, and
 // challenge_gpu.wgsl to draw the inputs and hash rows and subtrees on the GPU. Per product: gen -> matmul; per
 // group of products side by side: one leaf dispatch over all their rows; per batch: the tree levels down to each
-// product's root, 32 bytes per product read back once at the end. The host (here, crypto.subtle) joins the
+// product's root, 32 bytes per product read back once at the end (at a roll call the GPU stops at the deadline
+// between rounds of products: commit). The host (here, crypto.subtle) joins the
 // products' roots; openings recompute the named products and read back their rows and leaf digests.
 //
 // Rows are always hashed on the GPU here (servers hash on the host on CPU adapters, where that is faster).
@@ -15,6 +16,7 @@ const LEAF_BUFFER_BYTES = 16 << 20; // leaf digests of one batch of products
 const C_BUFFER_BYTES = 512 << 20; // products side by side for one leaf dispatch
 const ROWS_IN_FLIGHT = 1 << 16; // rows one leaf dispatch should hash at once (one thread each)
 const STEP_BYTES = 16; // struct Step in challenge_gpu.wgsl
+const ROUNDS = 8; // at a roll call: rounds of work, each waited for (host_runner/gpu_answer.py ROUNDS_PER_CHALLENGE)
 
 async function shader(base, name) {
   const resp = await fetch(`${base}${name}`);
@@ -145,7 +147,7 @@ async function context(shaderBase) {
 
 export function gpuChallengeAnswerer(shaderBase = "/shaders/") {
   let ctx = null;
-  let current = null; // { id, n, reps, seeds, productRoots: [[Uint8Array]], upper: [levels] }
+  let current = null; // { id, n, reps, done, seeds, productRoots: [[Uint8Array]], upper: [levels] }
   const ready = async () => (ctx ??= await context(shaderBase));
 
   function product(enc, bufs, slot) {
@@ -171,26 +173,33 @@ export function gpuChallengeAnswerer(shaderBase = "/shaders/") {
   }
 
   return {
-    // {type: "challenge", kind: "gpu"} -> {type: "commit"}: one Merkle root per seed
+    // {type: "challenge", kind: "gpu"} -> {type: "commit"}: one Merkle root per seed over the products done. At a
+    // roll call (stop_after_s) the work goes in rounds of ~1/ROUNDS of the products of every instance, each waited
+    // for, and a round is begun only if the last one's time still fits before the stop (the first always is): the
+    // GPU commits what it finished by the deadline, as the SGEMM workers do (probe-worker.js).
     async commit(m) {
+      const stopAt = typeof m.stop_after_s === "number" ? performance.now() + 1000 * m.stop_after_s : null;
       await ready();
       const n = m.n, reps = m.reps || 1, seeds = m.seeds.map((h) => BigInt("0x" + h));
       if (!(n >= 128 && n <= 2048 && (n & (n - 1)) === 0)) throw new Error(`not a GPU challenge order: ${n}`);
       const { device, pipelines } = ctx, bufs = ctx.buffers(n), total = seeds.length * reps;
+      const chunk = stopAt === null ? bufs.batch : Math.max(1, Math.min(bufs.batch, Math.ceil(reps / ROUNDS)));
       const steps = new Uint32Array(total * 4);
       seeds.forEach((seed, i) => {
         for (let t = 0; t < reps; t++) {
           const state = productState(seed, t), k = 4 * (i * reps + t);
-          steps.set([Number(state & 0xffffffffn), Number(state >> 32n), n, (t % bufs.batch) * n], k);
+          steps.set([Number(state & 0xffffffffn), Number(state >> 32n), n, (t % chunk) * n], k);
         }
       });
       const stepSrc = device.createBuffer({ size: steps.byteLength, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
       device.queue.writeBuffer(stepSrc, 0, steps);
       const roots = device.createBuffer({ size: 32 * total, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
       const height = Math.log2(n);
-      for (let i = 0; i < seeds.length; i++) {
-        for (let t0 = 0; t0 < reps; t0 += bufs.batch) {
-          const count = Math.min(bufs.batch, reps - t0);
+      let done = 0, lastMs = 0; // products done per instance; the last round's time
+      for (let t0 = 0; t0 < reps; t0 += chunk) {
+        if (stopAt !== null && t0 > 0 && performance.now() + lastMs > stopAt) break;
+        const began = performance.now(), count = Math.min(chunk, reps - t0);
+        for (let i = 0; i < seeds.length; i++) {
           const enc = device.createCommandEncoder();
           for (let g0 = t0; g0 < t0 + count; g0 += bufs.slots) {
             const group = Math.min(bufs.slots, t0 + count - g0);
@@ -210,21 +219,24 @@ export function gpuChallengeAnswerer(shaderBase = "/shaders/") {
           enc.copyBufferToBuffer(source, 0, roots, (i * reps + t0) * 32, count * 32);
           device.queue.submit([enc.finish()]);
         }
+        if (stopAt !== null) await device.queue.onSubmittedWorkDone(); // the round is what the stop may count
+        done = t0 + count;
+        lastMs = performance.now() - began;
       }
       const flat = digests(new Uint32Array((await readBuffer(device, roots, 0, 32 * total)).buffer), total);
       stepSrc.destroy();
       roots.destroy();
-      const productRoots = seeds.map((_, i) => flat.slice(i * reps, (i + 1) * reps));
+      const productRoots = seeds.map((_, i) => flat.slice(i * reps, i * reps + done));
       const upper = await Promise.all(productRoots.map((r) => upperLevels(r, n)));
-      current = { id: m.id, n, reps, seeds, productRoots, upper };
-      return { type: "commit", id: m.id, roots: upper.map((u) => hex(u[u.length - 1][0])) };
+      current = { id: m.id, n, reps, done, seeds, productRoots, upper };
+      return { type: "commit", id: m.id, roots: upper.map((u) => hex(u[u.length - 1][0])), products: seeds.map(() => done) };
     },
     // {type: "open"} -> {type: "opening"}: the named rows with their proofs, in the order asked
     async open(m) {
       if (!current || current.id !== m.id) throw new Error("no commitment of that id");
-      const { n, reps } = current, done = new Map(), rows = [];
+      const { n } = current, done = new Map(), rows = [];
       for (const [instance, leaf] of m.rows) {
-        if (!(instance >= 0 && instance < current.seeds.length && leaf >= 0 && leaf < n * reps)) {
+        if (!(instance >= 0 && instance < current.seeds.length && leaf >= 0 && leaf < n * current.done)) {
           throw new Error(`not an [instance, leaf] of this challenge: ${instance}, ${leaf}`);
         }
         const t = Math.floor(leaf / n), r = leaf % n, key = `${instance}:${t}`;

@@ -13,7 +13,8 @@ Kind "gpu" is the first version of the sgemm challenge (capsule/challenge.py) ru
   tree: leaf sha256(0x00 || row), node sha256(0x01 || left || right), padded with zero leaves to a power of
   two. (The CPU challenge has since moved to BLAKE3 leaves, fresh A_t with one B per instance, and a tree per
   product so a node can commit what it finished by a deadline: capsule/cpu_challenge.py. The GPU keeps this
-  form: it hashes on the GPU, where SHA-256 is no bottleneck, and answers every product it is given.)
+  form: it hashes on the GPU, where SHA-256 is no bottleneck. It commits what it finished by a deadline too: a
+  commitment to its first k products is this tree over n k leaves, the same as upper_levels over k roots.)
 
 What differs from the CPU challenge, and why:
 

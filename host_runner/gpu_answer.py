@@ -3,7 +3,8 @@ computed through wgpu with the probe's own WGSL matmul (capsule/shaders/matmul_f
 helpers (capsule/shaders/challenge_gpu.wgsl: inputs drawn on the GPU, rows hashed into Merkle leaves and
 subtrees on the GPU). Per product the GPU runs gen -> matmul -> leaf; per batch of products it hashes each
 product's n leaves down to one subtree root; the host reads back 32 bytes per product once at the end of the
-commitment (that read-back is also the wait: wgpu 0.32's work-done callback is unreliable) and joins them.
+commitment (that read-back is also the wait: wgpu 0.32's work-done callback is unreliable) and joins them. At
+a roll call it reads back after each round of products instead, and stops at the deadline (GpuAnswer).
 
 Openings recompute the named products on the same device (the same shader on the same inputs gives the same
 bits; checked: the recomputed subtree root must equal the committed one) and read back just the named rows and
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,9 @@ LEAF_BUFFER_BYTES = 16 << 20   # leaf digests of one batch of products (n = 2048
 C_BUFFER_BYTES = 512 << 20     # products kept for one leaf dispatch: rows hashed side by side (see slots)
 ROWS_IN_FLIGHT = 1 << 16       # rows a leaf dispatch should hash at once to fill a large GPU (one thread each)
 STEP_BYTES = 16                # struct Step in challenge_gpu.wgsl
+# At a roll call the work goes in about this many rounds, each waited for: the GPU can stop between two. More
+# rounds stop closer to the deadline but wait more often (a read-back per round: ~0.1 ms on a real GPU).
+ROUNDS_PER_CHALLENGE = 8
 
 
 class GpuError(RuntimeError):
@@ -185,10 +190,15 @@ def _host_levels(c: Any, n: int) -> list[list[bytes]]:
 
 
 class GpuAnswer:
-    """One GPU challenge: `commit` computes every instance's products and returns one Merkle root (hex) per seed;
-    `open` returns the named rows (leaves) with their proofs, in SgemmAnswer's wire format. Keeps the products'
-    subtree roots in between (32 bytes per product). With several contexts (GPUs), instance i runs on context
-    i mod their count, each GPU on its own thread."""
+    """One GPU challenge: `commit` computes each instance's products and returns one Merkle root (hex) per seed
+    over the products done (`products`, per instance); `open` returns the named rows (leaves) with their proofs,
+    in SgemmAnswer's wire format. Keeps the products' subtree roots in between (32 bytes per product). With
+    several contexts (GPUs), instance i runs on context i mod their count, each GPU on its own thread.
+
+    With `stop_at` (a roll call's deadline on time.perf_counter()), the work goes in rounds of a few products of
+    every instance (ROUNDS_PER_CHALLENGE: a round is ~1/8 of the work), each waited for, and a round is begun
+    only if the last one's time still fits before stop_at (the first always is): the GPU commits what it
+    finished by the deadline, as the SGEMM answer does (host_runner/challenge_answer.py)."""
 
     def __init__(self, seeds: list[int], n: int, reps: int = 1,
                  context: GpuContext | Sequence[GpuContext] | None = None) -> None:
@@ -198,8 +208,9 @@ class GpuAnswer:
         self.n = n
         self.reps = reps
         self.contexts = [context] if isinstance(context, GpuContext) else list(context or [])
-        self.product_roots: list[list[bytes]] = []   # per instance, per product
+        self.product_roots: list[list[bytes]] = []   # per instance, per product done
         self.upper: list[list[list[bytes]]] = []     # per instance: the tree above its products
+        self.products: list[int] = []                # per instance: the products committed
 
     def _ctx(self, instance: int) -> GpuContext:
         if not self.contexts:
@@ -212,16 +223,17 @@ class GpuAnswer:
         _dispatch(encoder, ctx.pipelines["gen"], bufs.groups["gen"], (n // gc.TILE, 2 * n))
         _dispatch(encoder, ctx.pipelines["matmul"], bufs.groups[f"matmul:{slot}"], (n // gc.TILE, n // gc.TILE))
 
-    def _steps(self, instances: list[int], batch: int) -> np.ndarray:
-        """The Step of every product of these instances, in order."""
+    def _steps(self, instances: list[int], chunk: int) -> np.ndarray:
+        """The Step of every product of these instances, in order (leaves at (t % chunk) n: a round's products
+        start at leaf 0 of the batch buffer)."""
         steps = np.zeros((len(instances) * self.reps, 4), np.uint32)
         for k, i in enumerate(instances):
             for t in range(self.reps):
                 state = gc.product_state(self.seeds[i], t)
-                steps[k * self.reps + t] = (state & 0xFFFFFFFF, state >> 32, self.n, (t % batch) * self.n)
+                steps[k * self.reps + t] = (state & 0xFFFFFFFF, state >> 32, self.n, (t % chunk) * self.n)
         return steps
 
-    def commit(self) -> list[str]:
+    def commit(self, stop_at: float | None = None) -> list[str]:
         self._ctx(0)
         per_context: dict[int, list[int]] = {}
         for i in range(len(self.seeds)):
@@ -233,10 +245,10 @@ class GpuAnswer:
             ctx = self.contexts[c]
             try:
                 with ctx.lock:
-                    roots = self._commit_gpu(ctx, instances) if ctx.hash_on == "gpu" else self._commit_host(ctx,
-                                                                                                          instances)
+                    commit = self._commit_gpu if ctx.hash_on == "gpu" else self._commit_host
+                    roots = commit(ctx, instances, stop_at)
                 for k, i in enumerate(instances):
-                    flat[i] = roots[k * self.reps:(k + 1) * self.reps]
+                    flat[i] = roots[k]
             except Exception as exc:  # reported by commit(), never lost in a thread (a lost device, ...)
                 errors.append(exc)
 
@@ -252,24 +264,46 @@ class GpuAnswer:
         if errors:
             raise GpuError(f"the GPU could not compute the challenge: {type(errors[0]).__name__}: {errors[0]}")
         self.product_roots = [flat[i] for i in range(len(self.seeds))]
+        self.products = [len(r) for r in self.product_roots]
         self.upper = [gc.upper_levels(r, self.n) for r in self.product_roots]
         return [up[-1][0].hex() for up in self.upper]
 
-    def _commit_gpu(self, ctx: GpuContext, instances: list[int]) -> list[bytes]:
-        """Products in groups of `slots` (gen, matmul each), one leaf dispatch per group, and per batch the tree
-        levels down to each product's root, copied out; one read-back of 32 bytes per product at the end."""
+    def _rounds(self, chunk: int, stop_at: float | None) -> Iterator[int]:
+        """The first product of each round of `chunk` products, while a round still fits before stop_at (the
+        caller's loop body is the round, waited for): the round's time is the previous one's."""
+        last_s = 0.0
+        for t0 in range(0, self.reps, chunk):
+            if stop_at is not None and t0 > 0 and time.perf_counter() + last_s > stop_at:
+                return
+            began = time.perf_counter()
+            yield t0
+            last_s = time.perf_counter() - began
+
+    def _chunk(self, limit: int, stop_at: float | None) -> int:
+        """Products per round: all that fit the batch buffers, or at a roll call ~1/ROUNDS_PER_CHALLENGE of them
+        (a round is waited for before the next is begun, so it is where the GPU can stop)."""
+        if stop_at is None:
+            return limit
+        return max(1, min(limit, -(-self.reps // ROUNDS_PER_CHALLENGE)))
+
+    def _commit_gpu(self, ctx: GpuContext, instances: list[int], stop_at: float | None) -> list[list[bytes]]:
+        """Per round, for each instance: its products in groups of `slots` (gen, matmul each), one leaf dispatch
+        per group, the tree levels down to each product's root, copied out. Without a stop, one read-back of 32
+        bytes per product at the end; with one, a read-back per round (that is also the wait)."""
         n, reps, wgpu = self.n, self.reps, ctx.wgpu
         bufs = ctx.buffers(n)
+        chunk = self._chunk(bufs.batch, stop_at)
         total = len(instances) * reps
         # Steps are copied into the uniform before the pass that reads them (queue writes would all land before
         # the submission; copies are ordered with the passes)
-        step_src = ctx.device.create_buffer_with_data(data=self._steps(instances, bufs.batch),
+        step_src = ctx.device.create_buffer_with_data(data=self._steps(instances, chunk),
                                                       usage=wgpu.BufferUsage.COPY_SRC)
         roots = ctx.device.create_buffer(size=32 * total, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
         height = n.bit_length() - 1
-        for k in range(len(instances)):
-            for t0 in range(0, reps, bufs.batch):
-                count = min(bufs.batch, reps - t0)
+        done: list[list[bytes]] = [[] for _ in instances]
+        for t0 in self._rounds(chunk, stop_at):
+            count = min(chunk, reps - t0)
+            for k in range(len(instances)):
                 encoder = ctx.device.create_command_encoder()
                 for g0 in range(t0, t0 + count, bufs.slots):
                     group = min(bufs.slots, t0 + count - g0)
@@ -288,12 +322,24 @@ class GpuAnswer:
                     source, dest = dest, source
                 encoder.copy_buffer_to_buffer(source, 0, roots, (k * reps + t0) * 32, count * 32)
                 ctx.device.queue.submit([encoder.finish()])
-        return _digests(ctx.device.queue.read_buffer(roots), total)  # waits for every submission above
+            if stop_at is not None:  # waits for the round: what is done by the stop is what is committed
+                for k in range(len(instances)):
+                    done[k] += _digests(ctx.device.queue.read_buffer(roots, (k * reps + t0) * 32, count * 32), count)
+        if stop_at is None:
+            flat = _digests(ctx.device.queue.read_buffer(roots), total)  # waits for every submission above
+            done = [flat[k * reps:(k + 1) * reps] for k in range(len(instances))]
+        return done
 
-    def _commit_host(self, ctx: GpuContext, instances: list[int]) -> list[bytes]:
-        """Each product computed, read back and hashed here (CPU adapters: see GpuContext)."""
+    def _commit_host(self, ctx: GpuContext, instances: list[int], stop_at: float | None) -> list[list[bytes]]:
+        """Each product computed, read back and hashed here (CPU adapters: see GpuContext), a round being one
+        product of every instance."""
         bufs = ctx.buffers(self.n)
-        return [self._compute(ctx, bufs, step)[1][-1][0] for step in self._steps(instances, 1)]
+        steps = self._steps(instances, 1)
+        done: list[list[bytes]] = [[] for _ in instances]
+        for t in self._rounds(1, stop_at):
+            for k in range(len(instances)):
+                done[k].append(self._compute(ctx, bufs, steps[k * self.reps + t])[1][-1][0])
+        return done
 
     def _compute(self, ctx: GpuContext, bufs: _Buffers, step: np.ndarray) -> tuple[bytes, list[list[bytes]]]:
         """One product into slot 0, read back and hashed here: C_t's bytes and its subtree's levels."""
@@ -310,7 +356,7 @@ class GpuAnswer:
         wanted: dict[tuple[int, int], list[int]] = {}
         for item in rows:
             if (not isinstance(item, list) or len(item) != 2 or not all(type(v) is int for v in item)
-                    or not 0 <= item[0] < len(self.upper) or not 0 <= item[1] < n * self.reps):
+                    or not 0 <= item[0] < len(self.upper) or not 0 <= item[1] < n * self.products[item[0]]):
                 raise ValueError(f"not an [instance, leaf] of this challenge: {item!r:.60}")
             wanted.setdefault((item[0], item[1] // n), []).append(item[1] % n)
         opened: dict[tuple[int, int], tuple[bytes, list[bytes]]] = {}
@@ -343,7 +389,7 @@ class GpuAnswer:
         return np.frombuffer(c, "<f4").reshape(self.n, self.n)
 
     def release(self) -> None:
-        self.product_roots, self.upper = [], []
+        self.product_roots, self.upper, self.products = [], [], []
 
 
 def context_for(profile: dict[str, Any]) -> tuple[GpuContext | None, str]:

@@ -277,6 +277,8 @@ class LiveSession:
         try:
             seeds = [int(s, 16) for s in message["seeds"]]
             n, reps, cid = int(message["n"]), int(message.get("reps", 1)), str(message["id"])
+            stop_after_s = message.get("stop_after_s")  # a roll call: commit what is done by then, as SGEMM does
+            stop_at = None if stop_after_s is None else time.perf_counter() + float(stop_after_s)
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
             return
@@ -288,13 +290,13 @@ class LiveSession:
             try:
                 with self._at_work():
                     answer = self.gpu_answer_factory(seeds, n, reps, context)
-                    roots = answer.commit()
+                    roots = answer.commit(stop_at)
             except (GpuError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
             self._keep(cid, "gpu", answer)
             with contextlib.suppress(OSError, WebSocketException):
-                self._send(ws, {"type": "commit", "id": cid, "roots": roots})
+                self._send(ws, {"type": "commit", "id": cid, "roots": roots, "products": answer.products})
 
         threading.Thread(target=work, name="challenge-gpu", daemon=True).start()
 

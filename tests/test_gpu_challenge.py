@@ -132,6 +132,54 @@ def instance_seed_of(i: int) -> int:
     return cc.instance_seed(BEACON["value"], "0a0b", i)
 
 
+@pytest.mark.parametrize("path", ["host", "gpu"])
+def test_stopped_at_a_deadline_the_gpu_commits_the_products_it_finished(path: str, ctx: GpuContext,
+                                                                       ctx_gpu_hash: GpuContext) -> None:
+    """At a roll call the GPU stops at the deadline, as the SGEMM answer does, and commits its first k products
+    of every instance: the root is merkle_root over their n k rows, the relay opens rows among them only and
+    passes the answer, and counts k products of work. Claiming more products than it committed to fails."""
+    context = ctx if path == "host" else ctx_gpu_hash
+    reps = 400  # ~0.8 ms a product at n = 128 here: far beyond the stop
+    ch = wg.new_gpu_challenge("node", 1.0, BEACON, "5e" * 16, 0.0, time.perf_counter(), CONFIG, 0.2, gpus=2,
+                              gpu_n=128, work_s=10.0, stop_after_s=0.15)
+    assert ch.reps > reps and ch.message(CONFIG)["stop_after_s"] == 0.15
+    answer = GpuAnswer(ch.seeds, 128, reps, context)
+    began = time.perf_counter()
+    roots = answer.commit(began + 0.15)
+    took = time.perf_counter() - began
+    k = answer.products[0]
+    assert answer.products == [k, k] and 1 <= k < reps, answer.products
+    assert took < 0.15 + 0.5, took  # it stopped (all 400 x 2 products take seconds here)
+    for i in range(2):
+        rows = [row.tobytes() for t in range(k) for row in answer.product(i, t)]
+        assert roots[i] == cc.merkle_root(rows).hex()
+    ch.reps = reps
+    rng = random.Random(3)
+    opening = on_commit(ch, {"type": "commit", "id": ch.id, "roots": roots, "products": answer.products},
+                        time.perf_counter(), rng, CONFIG)
+    assert opening is not None and all(leaf < 128 * k for _, leaf in opening["rows"])
+    assert ch.flops == 2 * 128**3 * 2 * k  # the work of the committed products only
+    opened = parse_opening(ch, {"type": "opening", "id": ch.id, "rows": answer.open(opening["rows"])},
+                           time.perf_counter(), CONFIG)
+    assert check_opened(ch, opened, rng, CONFIG) <= gc.ERROR_RATIO_MEASURED
+    # the same roots, claimed as the whole challenge: the rows drawn past k cannot be opened
+    whole = wg.new_gpu_challenge("node", 1.0, BEACON, "5e" * 16, 0.0, time.perf_counter(), CONFIG, 0.2, gpus=2,
+                                 gpu_n=128, work_s=10.0, stop_after_s=0.15)
+    whole.reps = reps
+    opening = on_commit(whole, {"type": "commit", "id": whole.id, "roots": roots, "products": [reps, reps]},
+                        time.perf_counter(), random.Random(4), CONFIG)
+    assert opening is not None and any(leaf >= 128 * k for _, leaf in opening["rows"]), opening
+    with pytest.raises(ValueError):
+        answer.open(opening["rows"])  # the honest answer refuses a row of a product it never computed
+    # a liar answers those with rows and proofs it has (product 0's), under the rows' names
+    lied = answer.open([[i, leaf % (128 * k)] for i, leaf in opening["rows"]])
+    for item, (_, leaf) in zip(lied, opening["rows"], strict=True):
+        item["row"] = leaf
+    with pytest.raises(ChallengeError) as failed:
+        parse_opening(whole, {"type": "opening", "id": whole.id, "rows": lied}, time.perf_counter(), CONFIG)
+    assert failed.value.code == "wrong_proof"
+
+
 @pytest.mark.parametrize("reps", [1, 2, 3, 5, 8])
 def test_tree_in_parts_is_the_capsules_tree(reps: int) -> None:
     """Subtrees per product joined by upper_levels, and proofs from both parts, are merkle_root's and

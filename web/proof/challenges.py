@@ -9,7 +9,8 @@ node -> relay  {"type": "commit", "id": HEX, "roots": [HEX64, ...], "products": 
                 "products" absent: all R; "leaf" absent: "fp32" (an older node's leaves hash whole rows).
                 At a roll call the node stops D seconds after the challenge arrived (the common deadline,
                 less a margin for the last product and the network) and commits what it finished: the
-                relay counts the work of those products.
+                relay counts the work of those products. A GPU answer ("kind": "gpu") commits the same way
+                (no "leaf": its leaves are SHA-256 of whole rows, web/proof/gpu_challenges.py).
 relay -> node  {"type": "open", "id": HEX, "rows": [[instance, leaf], ...]}   drawn after the commitment,
                 among the committed products' rows
 node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf, "values": BASE64,
@@ -87,14 +88,14 @@ class Challenge:
     beacon_value: str = ""             # the round's value the seeds come from
     rows: list[tuple[int, int]] = field(default_factory=list)
     open_sent_at: float | None = None
-    stop_after_s: float | None = None  # sgemm at a roll call: the node commits what it finished by then
-    products: list[int] | None = None  # sgemm: products committed per instance (None: not committed yet)
+    stop_after_s: float | None = None  # at a roll call: the node commits what it finished by then
+    products: list[int] | None = None  # sgemm, gpu: products committed per instance (None: not committed yet)
     leaf: str = "fp32"                 # sgemm: what each committed leaf hashes (cpu_challenge.LEAF_FORMS)
 
     @property
     def flops(self) -> float:
-        """The work the answer stands for: the committed products (sgemm), else every product asked."""
-        if self.kind == "sgemm" and self.products is not None:
+        """The work the answer stands for: the committed products (sgemm, gpu), else every product asked."""
+        if self.kind != "llm" and self.products is not None:
             return 2.0 * self.n ** 3 * sum(self.products)
         return 2.0 * self.n ** 3 * self.reps * len(self.seeds)
 
@@ -277,13 +278,9 @@ def parse_tokens(ch: Challenge, message: dict[str, Any]) -> list[int]:
     return list(tokens)
 
 
-def parse_products(ch: Challenge, value: object) -> list[int] | None:
-    """The products an SGEMM commitment covers per instance (absent: every product asked); None for a GPU
-    answer, which always covers them all. Raises ChallengeError."""
-    if ch.kind != "sgemm":
-        if value is not None:
-            raise ChallengeError("malformed_commit", f"a {ch.kind} commitment covers every product: no products")
-        return None
+def parse_products(ch: Challenge, value: object) -> list[int]:
+    """The products an SGEMM or GPU commitment covers per instance (absent: every product asked, as an older
+    node's GPU answer always did). Raises ChallengeError."""
     if value is None:
         return [ch.reps] * len(ch.seeds)
     if (not isinstance(value, list) or len(value) != len(ch.seeds)
@@ -333,8 +330,8 @@ def parse_opening(ch: Challenge, message: dict[str, Any], now: float,
         if ch.kind == "sgemm":
             cpu_challenge.check_proof(raw, row, siblings, ch.roots[instance], ch.n, committed_products(ch, instance),
                                       ch.leaf)
-        else:
-            check_proof(raw, row, siblings, ch.roots[instance], ch.n * ch.reps)
+        else:  # the GPU's tree over the committed products' rows (capsule/gpu_challenge.py)
+            check_proof(raw, row, siblings, ch.roots[instance], ch.n * committed_products(ch, instance))
         opened.setdefault(instance, {})[row] = np.frombuffer(raw, "<f4")
     return opened
 

@@ -1,18 +1,20 @@
 """GPU challenges over the live session (issue 20, item 5), as pure functions beside web/proof/challenges.py (time
-passed
-in; the arithmetic is capsule/gpu_challenge.py and capsule/challenge.py).
+passed in; the arithmetic is capsule/gpu_challenge.py and capsule/challenge.py).
 
 node -> relay  {"type": "hello", "answers": ["sgemm", ..., "gpu"]}     the session answers GPU challenges
 relay -> node  {"type": "challenge", "id": HEX, "kind": "gpu", "n": N, "reps": R, "seeds": [HEX16, ...],
-                "beacon_round": R, "nonce": HEX, "commit_within_s": S}
+                "beacon_round": R, "nonce": HEX, "commit_within_s": S, "stop_after_s": D (roll calls only)}
 then commit, open, opening and challenge_result exactly as for "sgemm" (web/proof/challenges.py): one Merkle root per
-seed over the rows of its products, rows drawn after the commitment, proofs, entries recomputed at columns drawn
-after the opening. The node computes them with the GPU probe's own WGSL matmul (host_runner/gpu_answer.py, wgpu;
-a browser with WebGPU), one instance (seed) per GPU it claims.
+seed over the rows of the products it committed ("products": [K, ...]: its first K, all R when absent), rows drawn
+after the commitment among those, proofs, entries recomputed at columns drawn after the opening. At a roll call the
+GPU is given work beyond the deadline and stops at D, as the SGEMM answer does: a GPU (or a CPU adapter sharing
+the cores with the SGEMM answer) counts the products it finished by the deadline, not nothing. The node computes
+them with the GPU probe's own WGSL matmul (host_runner/gpu_answer.py, wgpu; a browser with WebGPU), one instance
+(seed) per GPU it claims.
 
 Reused as they are, because a GPU challenge is an sgemm challenge of another order and size: on_commit (the
-commitment, rows drawn over n x reps leaves), parse_opening (proofs against the roots) and check_opened
-(capsule.challenge.check_entries: the bound n 2^-24 sum |a b| holds for any summation order, FMA or not —
+commitment, rows drawn over n x the committed products' leaves), parse_opening (proofs against the roots) and
+check_opened (capsule.challenge.check_entries: the bound n 2^-24 sum |a b| holds for any summation order, FMA or not —
 capsule/gpu_challenge.py derives it). What is GPU-specific is here: sizing from the claimed fp32 TFLOP/s (the
 probe's gpus[].fp32_tflops, same shader), the message and history record, observed TFLOP/s on the relay's clock,
 and the physical bound (capsule/plausibility.py GPU_FP32_TFLOPS_MAX per GPU).
@@ -61,25 +63,26 @@ def gpu_claim(fp32_tflops: Sequence[float | None], evidence: dict[str, Any]) -> 
 
 def new_gpu_challenge(node_id: str, claimed_tflops: float, beacon: dict[str, Any], nonce: str,
                       rtt_ms: float | None, now: float, config: RelayConfig, target_s: float | None = None, *,
-                      gpus: int = 1, gpu_n: object = None, binding_limit: int = gc.BINDING_DEFAULT) -> Challenge:
+                      gpus: int = 1, gpu_n: object = None, binding_limit: int = gc.BINDING_DEFAULT,
+                      work_s: float | None = None, stop_after_s: float | None = None) -> Challenge:
     """A GPU challenge sized so the claimed fp32 TFLOP/s needs target_s (config.challenge_target_s by default):
     one instance per GPU, each its share of the claim, at the probe's order held within the adapter's binding
-    limit and the claim (capsule/gpu_challenge.py order_for, reps_for). Challenge.claimed_gflops keeps the claim
-    in GFLOP/s, the unit of the field."""
+    limit and the claim (capsule/gpu_challenge.py order_for, reps_for). With stop_after_s (a roll call), the
+    products are enough for work_s at the claim (beyond the deadline, as the SGEMM's) and the node commits what
+    it finished by then; the order stays the one target_s gives. Challenge.claimed_gflops keeps the claim in
+    GFLOP/s, the unit of the field."""
     target = target_s if target_s is not None else config.challenge_target_s
     k = max(1, min(gpus, MAX_INSTANCES))
     n = gc.order_for(gpu_n, claimed_tflops / k, target, binding_limit)
-    reps = gc.reps_for(claimed_tflops, k, n, target)
+    reps = gc.reps_for(claimed_tflops, k, n, work_s if work_s is not None else target)
     seeds = [instance_seed(beacon["value"], nonce, i) for i in range(k)]
     return Challenge(nonce[:16], node_id, n, reps, seeds, beacon["round"], nonce, claimed_tflops * 1000, now,
-                     rtt_ms or 0.0, kind=KIND, beacon_value=str(beacon["value"]))
+                     rtt_ms or 0.0, kind=KIND, beacon_value=str(beacon["value"]), stop_after_s=stop_after_s)
 
 
 def gpu_message(ch: Challenge, config: RelayConfig) -> dict[str, Any]:
     """The challenge message (Challenge.message for kind "gpu")."""
-    return {"type": "challenge", "id": ch.id, "kind": KIND, "n": ch.n, "reps": ch.reps,
-            "seeds": [f"{s:016x}" for s in ch.seeds], "beacon_round": ch.beacon_round, "nonce": ch.nonce,
-            "commit_within_s": config.challenge_commit_timeout_s}
+    return ch.message(config)
 
 
 def observed_tflops(ch: Challenge) -> float | None:
@@ -94,6 +97,7 @@ def gpu_record(ch: Challenge) -> dict[str, Any]:
             "instances": len(ch.seeds), "beacon_round": ch.beacon_round, "nonce": ch.nonce,
             "seed_method": "instance i: first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}'); "
                            "product t: that + t * 0x9e3779b97f4a7c15 (mod 2^64); inputs: capsule/challenge.py",
+            "products": ch.products, "stop_after_s": ch.stop_after_s,
             "claimed_tflops": round(ch.claimed_gflops / 1000, 6), "rtt_ms": round(ch.rtt_ms, 3),
             "commit_s": round(ch.commit_s, 4) if ch.commit_s else None,
             "observed_tflops": round(observed, 6) if observed else None,

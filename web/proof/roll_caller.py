@@ -185,9 +185,11 @@ class RollCaller:
             elif gpu:
                 # the GPU challenge right behind the SGEMM one, answered side by side: one piece of silicon
                 # is never counted twice (a CPU answering for a "GPU" spends what its SGEMM answer would show)
+                # sized and stopped as the SGEMM challenge is: the GPU counts the products it finished by then
                 g = new_gpu_challenge(node_id, claim.claimed_gpu_tflops or 0.0, beacon, secrets.token_hex(16),
                                       who.rtt_ms, 0.0, self.config, self.config.roll_call_target_s,
-                                      gpus=claim.gpu_count, gpu_n=claim.gpu_n, binding_limit=claim.gpu_binding_limit)
+                                      gpus=claim.gpu_count, gpu_n=claim.gpu_n, binding_limit=claim.gpu_binding_limit,
+                                      work_s=work_s(self.config), stop_after_s=stop_after_s(self.config))
                 g.roll_call, g.issued_at = call.id, now_wall
                 planned.append((who, g))
         call.challenged = {ch.node_id for _, ch in planned if ch.kind == "sgemm"}

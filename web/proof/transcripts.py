@@ -55,7 +55,7 @@ def transcript_body(relay_id: str, ch: Challenge, beacon_value: str, passed: boo
     else:
         challenge.update(n=ch.n, reps=ch.reps, roots=[r.hex() for r in ch.roots or []],
                          rows=[list(r) for r in ch.rows], opened=ch.opened_items or [])
-        if ch.kind == "sgemm" and ch.products is not None:
+        if ch.products is not None:
             challenge["products"] = list(ch.products)  # the work the verdict counted (commit_s is its time)
         if ch.kind == "sgemm":
             challenge["leaf"] = ch.leaf  # what the node's leaves hash (absent in older transcripts: "fp32")
@@ -103,12 +103,12 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
             raise TranscriptError("invalid_transcript", "a passed reference-model answer names its tokens")
         return ch
     ch.n, ch.reps = _int(c, "n", 1, 4096), _int(c, "reps", 1, 1 << 20)
+    products = c.get("products")  # absent: every product (older transcripts, and older nodes' GPU answers)
+    if products is not None and (not isinstance(products, list) or len(products) != instances or not all(
+            type(k) is int and 1 <= k <= ch.reps for k in products)):
+        raise TranscriptError("invalid_transcript", f"challenge.products: {instances} integers in [1, reps]")
+    ch.products = list(products) if products is not None else [ch.reps] * instances
     if kind == "sgemm":
-        products = c.get("products")
-        if products is not None and (not isinstance(products, list) or len(products) != instances or not all(
-                type(k) is int and 1 <= k <= ch.reps for k in products)):
-            raise TranscriptError("invalid_transcript", f"challenge.products: {instances} integers in [1, reps]")
-        ch.products = list(products) if products is not None else [ch.reps] * instances
         leaf = c.get("leaf", "fp32")
         if leaf not in LEAF_FORMS:
             raise TranscriptError("invalid_transcript", f"challenge.leaf: expected one of {', '.join(LEAF_FORMS)}")
