@@ -16,7 +16,7 @@ const LEAF_BUFFER_BYTES = 16 << 20; // leaf digests of one batch of products
 const C_BUFFER_BYTES = 512 << 20; // products side by side for one leaf dispatch
 const ROWS_IN_FLIGHT = 1 << 16; // rows one leaf dispatch should hash at once (one thread each)
 const STEP_BYTES = 16; // struct Step in challenge_gpu.wgsl
-const ROUNDS = 8; // at a roll call: rounds of work, each waited for (host_runner/gpu_answer.py ROUNDS_PER_CHALLENGE)
+const ROUNDS = 8; // at a roll call: the largest round is ~1/ROUNDS of the work (host_runner/gpu_answer.py)
 
 async function shader(base, name) {
   const resp = await fetch(`${base}${name}`);
@@ -174,31 +174,40 @@ export function gpuChallengeAnswerer(shaderBase = "/shaders/") {
 
   return {
     // {type: "challenge", kind: "gpu"} -> {type: "commit"}: one Merkle root per seed over the products done. At a
-    // roll call (stop_after_s) the work goes in rounds of ~1/ROUNDS of the products of every instance, each waited
-    // for, and a round is begun only if the last one's time still fits before the stop (the first always is): the
-    // GPU commits what it finished by the deadline, as the SGEMM workers do (probe-worker.js).
+    // roll call (stop_after_s) the work goes in rounds of every instance's products, each waited for, and a round
+    // is begun only if it still fits before the stop at the last one's pace (the first always is): the GPU
+    // commits what it finished by the deadline, as the SGEMM workers do (probe-worker.js).
     async commit(m) {
       const stopAt = typeof m.stop_after_s === "number" ? performance.now() + 1000 * m.stop_after_s : null;
       await ready();
       const n = m.n, reps = m.reps || 1, seeds = m.seeds.map((h) => BigInt("0x" + h));
       if (!(n >= 128 && n <= 2048 && (n & (n - 1)) === 0)) throw new Error(`not a GPU challenge order: ${n}`);
       const { device, pipelines } = ctx, bufs = ctx.buffers(n), total = seeds.length * reps;
-      const chunk = stopAt === null ? bufs.batch : Math.max(1, Math.min(bufs.batch, Math.ceil(reps / ROUNDS)));
+      // rounds of `cap` products; at a roll call 1, 2, 4, ... up to cap first, so that a device far slower at this
+      // moment than its claim (SwiftShader beside the SGEMM workers: 12x here) still finishes a round in time
+      const cap = stopAt === null ? bufs.batch : Math.max(1, Math.min(bufs.batch, Math.ceil(reps / ROUNDS)));
+      const schedule = [], first = new Array(reps);
+      for (let t0 = 0, size = stopAt === null ? cap : 1; t0 < reps; size *= 2) {
+        const count = Math.min(size, cap, reps - t0);
+        schedule.push([t0, count]);
+        for (let t = t0; t < t0 + count; t++) first[t] = t0;
+        t0 += count;
+      }
       const steps = new Uint32Array(total * 4);
       seeds.forEach((seed, i) => {
         for (let t = 0; t < reps; t++) {
           const state = productState(seed, t), k = 4 * (i * reps + t);
-          steps.set([Number(state & 0xffffffffn), Number(state >> 32n), n, (t % chunk) * n], k);
+          steps.set([Number(state & 0xffffffffn), Number(state >> 32n), n, (t - first[t]) * n], k);
         }
       });
       const stepSrc = device.createBuffer({ size: steps.byteLength, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
       device.queue.writeBuffer(stepSrc, 0, steps);
       const roots = device.createBuffer({ size: 32 * total, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
       const height = Math.log2(n);
-      let done = 0, lastMs = 0; // products done per instance; the last round's time
-      for (let t0 = 0; t0 < reps; t0 += chunk) {
-        if (stopAt !== null && t0 > 0 && performance.now() + lastMs > stopAt) break;
-        const began = performance.now(), count = Math.min(chunk, reps - t0);
+      let done = 0, perProductMs = 0; // products done per instance; the last round's pace
+      for (const [t0, count] of schedule) {
+        if (stopAt !== null && t0 > 0 && performance.now() + perProductMs * count > stopAt) break;
+        const began = performance.now();
         for (let i = 0; i < seeds.length; i++) {
           const enc = device.createCommandEncoder();
           for (let g0 = t0; g0 < t0 + count; g0 += bufs.slots) {
@@ -221,7 +230,7 @@ export function gpuChallengeAnswerer(shaderBase = "/shaders/") {
         }
         if (stopAt !== null) await device.queue.onSubmittedWorkDone(); // the round is what the stop may count
         done = t0 + count;
-        lastMs = performance.now() - began;
+        perProductMs = (performance.now() - began) / count;
       }
       const flat = digests(new Uint32Array((await readBuffer(device, roots, 0, 32 * total)).buffer), total);
       stepSrc.destroy();
@@ -248,6 +257,8 @@ export function gpuChallengeAnswerer(shaderBase = "/shaders/") {
       }
       return { type: "opening", id: m.id, rows };
     },
+    // the device and pipelines before the first challenge: compiling shaders must not fall into its timed window
+    warm: ready,
     stop() { ctx?.destroy(); ctx = null; current = null; },
   };
 }

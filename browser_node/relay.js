@@ -62,6 +62,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
   const relays = [`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`];
   let current = 0, ws, seq = 0, timer = null, stopped = false;
   const openers = new Map(); // challenge id -> the answerer that committed to it (SGEMM and GPU may both be open)
+  if (gpuAnswerer) gpuAnswerer.warm().catch((err) => onEvent({ type: "error", code: "gpu", detail: err.message }));
   const learn = async () => {
     try {
       for (const r of (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || []) {

@@ -195,9 +195,9 @@ class GpuAnswer:
     in SgemmAnswer's wire format. Keeps the products' subtree roots in between (32 bytes per product). With
     several contexts (GPUs), instance i runs on context i mod their count, each GPU on its own thread.
 
-    With `stop_at` (a roll call's deadline on time.perf_counter()), the work goes in rounds of a few products of
-    every instance (ROUNDS_PER_CHALLENGE: a round is ~1/8 of the work), each waited for, and a round is begun
-    only if the last one's time still fits before stop_at (the first always is): the GPU commits what it
+    With `stop_at` (a roll call's deadline on time.perf_counter()), the work goes in rounds of products of every
+    instance (1, 2, 4, ... up to ~1/ROUNDS_PER_CHALLENGE of the work), each waited for, and a round is begun
+    only if it still fits before stop_at at the last one's pace (the first always is): the GPU commits what it
     finished by the deadline, as the SGEMM answer does (host_runner/challenge_answer.py)."""
 
     def __init__(self, seeds: list[int], n: int, reps: int = 1,
@@ -223,14 +223,29 @@ class GpuAnswer:
         _dispatch(encoder, ctx.pipelines["gen"], bufs.groups["gen"], (n // gc.TILE, 2 * n))
         _dispatch(encoder, ctx.pipelines["matmul"], bufs.groups[f"matmul:{slot}"], (n // gc.TILE, n // gc.TILE))
 
-    def _steps(self, instances: list[int], chunk: int) -> np.ndarray:
-        """The Step of every product of these instances, in order (leaves at (t % chunk) n: a round's products
-        start at leaf 0 of the batch buffer)."""
+    def _schedule(self, cap: int, ramp: bool) -> list[tuple[int, int]]:
+        """(first product, count) of each round: `cap` products a round; with `ramp` (a roll call) 1, 2, 4, ...
+        up to cap first, so that a device far slower at this moment than its claim (a software adapter beside the
+        SGEMM answer: 12x in Chromium here) still finishes its first round before the deadline."""
+        out: list[tuple[int, int]] = []
+        t0, size = 0, 1 if ramp else cap
+        while t0 < self.reps:
+            count = min(size, cap, self.reps - t0)
+            out.append((t0, count))
+            t0, size = t0 + count, size * 2
+        return out
+
+    def _steps(self, instances: list[int], schedule: list[tuple[int, int]]) -> np.ndarray:
+        """The Step of every product of these instances, in order (leaves at (t - its round's first) n: a
+        round's products start at leaf 0 of the batch buffer)."""
+        first = np.zeros(self.reps, np.int64)
+        for t0, count in schedule:
+            first[t0:t0 + count] = t0
         steps = np.zeros((len(instances) * self.reps, 4), np.uint32)
         for k, i in enumerate(instances):
             for t in range(self.reps):
                 state = gc.product_state(self.seeds[i], t)
-                steps[k * self.reps + t] = (state & 0xFFFFFFFF, state >> 32, self.n, (t % chunk) * self.n)
+                steps[k * self.reps + t] = (state & 0xFFFFFFFF, state >> 32, self.n, (t - first[t]) * self.n)
         return steps
 
     def commit(self, stop_at: float | None = None) -> list[str]:
@@ -268,18 +283,20 @@ class GpuAnswer:
         self.upper = [gc.upper_levels(r, self.n) for r in self.product_roots]
         return [up[-1][0].hex() for up in self.upper]
 
-    def _rounds(self, chunk: int, stop_at: float | None) -> Iterator[int]:
-        """The first product of each round of `chunk` products, while a round still fits before stop_at (the
-        caller's loop body is the round, waited for): the round's time is the previous one's."""
-        last_s = 0.0
-        for t0 in range(0, self.reps, chunk):
-            if stop_at is not None and t0 > 0 and time.perf_counter() + last_s > stop_at:
+    @staticmethod
+    def _rounds(schedule: list[tuple[int, int]], stop_at: float | None) -> Iterator[tuple[int, int]]:
+        """The rounds of `schedule` while one still fits before stop_at (the caller's loop body is the round,
+        waited for): a round is begun only if the last one's time, scaled to its size, fits (the first always
+        is)."""
+        per_product_s = 0.0
+        for t0, count in schedule:
+            if stop_at is not None and t0 > 0 and time.perf_counter() + per_product_s * count > stop_at:
                 return
             began = time.perf_counter()
-            yield t0
-            last_s = time.perf_counter() - began
+            yield t0, count
+            per_product_s = (time.perf_counter() - began) / count
 
-    def _chunk(self, limit: int, stop_at: float | None) -> int:
+    def _cap(self, limit: int, stop_at: float | None) -> int:
         """Products per round: all that fit the batch buffers, or at a roll call ~1/ROUNDS_PER_CHALLENGE of them
         (a round is waited for before the next is begun, so it is where the GPU can stop)."""
         if stop_at is None:
@@ -292,17 +309,16 @@ class GpuAnswer:
         bytes per product at the end; with one, a read-back per round (that is also the wait)."""
         n, reps, wgpu = self.n, self.reps, ctx.wgpu
         bufs = ctx.buffers(n)
-        chunk = self._chunk(bufs.batch, stop_at)
+        schedule = self._schedule(self._cap(bufs.batch, stop_at), ramp=stop_at is not None)
         total = len(instances) * reps
         # Steps are copied into the uniform before the pass that reads them (queue writes would all land before
         # the submission; copies are ordered with the passes)
-        step_src = ctx.device.create_buffer_with_data(data=self._steps(instances, chunk),
+        step_src = ctx.device.create_buffer_with_data(data=self._steps(instances, schedule),
                                                       usage=wgpu.BufferUsage.COPY_SRC)
         roots = ctx.device.create_buffer(size=32 * total, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
         height = n.bit_length() - 1
         done: list[list[bytes]] = [[] for _ in instances]
-        for t0 in self._rounds(chunk, stop_at):
-            count = min(chunk, reps - t0)
+        for t0, count in self._rounds(schedule, stop_at):
             for k in range(len(instances)):
                 encoder = ctx.device.create_command_encoder()
                 for g0 in range(t0, t0 + count, bufs.slots):
@@ -334,9 +350,10 @@ class GpuAnswer:
         """Each product computed, read back and hashed here (CPU adapters: see GpuContext), a round being one
         product of every instance."""
         bufs = ctx.buffers(self.n)
-        steps = self._steps(instances, 1)
+        schedule = self._schedule(1, ramp=False)
+        steps = self._steps(instances, schedule)
         done: list[list[bytes]] = [[] for _ in instances]
-        for t in self._rounds(1, stop_at):
+        for t, _ in self._rounds(schedule, stop_at):
             for k in range(len(instances)):
                 done[k].append(self._compute(ctx, bufs, steps[k * self.reps + t])[1][-1][0])
         return done

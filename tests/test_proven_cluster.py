@@ -76,6 +76,16 @@ def roll_call_issued_at(relay: RelayProcess, node_id: str) -> dict[tuple[str, st
             if e["event"] == "challenge" and e.get("roll_call") and "relay" not in e}  # a peer's transcripts name it
 
 
+def machine_sgemm_gflops(capsule: Path, instances: int) -> float:
+    """The machine's whole-CPU SGEMM now: the claim's instances at once, work over their common window
+    (host_runner/cpu.py, as `ce-bench run` measures it), in GFLOP/s; 0 when they had no common window."""
+    from capsule.scaling import window_rate, work_spans
+    from host_runner.cpu import whole_cpu_run
+
+    run = whole_cpu_run(capsule, "ab" * 16, ("sgemm",), instances, 800)
+    return (window_rate([work_spans(r, "sgemm") for r in run.reports]).rate or 0.0) / 1e9
+
+
 def metric(relay: RelayProcess, name: str) -> float:
     import urllib.request
 
@@ -88,8 +98,9 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
         artifacts: Any) -> None:
     """One identity alone (on relay A), then four identities of this machine from four source addresses
     (127.0.0.2-5), three on relay A and one on relay B (each verified alone), over roll calls that challenged
-    all four: no roll call proves more than 1.3x what the lone identity showed the machine does (its observed
-    GFLOP/s at its roll calls: its counted figure is capped at its claim, 0.6 of the machine), and the four
+    all four: no roll call proves more than 1.3x what the machine does (the lone identity's observed GFLOP/s at
+    its roll calls: its counted figure is capped at its claim, 0.6 of the machine; or the machine's whole-CPU
+    SGEMM measured right after the four, whichever is more: noise only slows), and the four
     together count at least half of that (each counts the work it finished by the deadline: they once counted
     0.0 together, the machine's work not counted at all); every roll call asked the three on
     relay A at the same moment (the same issued_at), and both relays show the same statuses and totals (the
@@ -119,11 +130,16 @@ def test_identities_on_two_relays_count_one_machine_and_the_relays_agree(
             asker = a if i % 2 else b
             sessions.append(join_verified(asker, k, session(asker.url, i), within_s=60))
         together = shared_roll_calls(a, keys, 2, 200)
-        print(f"cluster: alone {alone} vs four identities on four addresses and two relays {together}")
+        # what the machine does now, beside what the lone identity showed it doing minutes before: these VMs
+        # swing 20-40% from one minute to the next (CI-like run #30: the lone identity showed 49.0 GFLOP/s and
+        # the four together 68.7, 1.40x; the machine measured no faster then cannot be told from a breach)
+        now = [machine_sgemm_gflops(artifacts.capsule, int(measured["cpu"]["cores"])) for _ in range(3)]
+        print(f"cluster: alone {alone} vs four identities on four addresses and two relays {together}; the "
+              f"machine's SGEMM right after: {[round(g, 1) for g in now]}")
         assert max(alone) > 0  # the precondition: this machine counts when alone
-        machine = max(e["observed_gflops"] for e in challenges(a, keys[0]) if e.get("roll_call")
-                      and e["kind"] == "sgemm" and e["passed"] and e.get("observed_gflops"))
-        assert max(together) <= 1.3 * machine, (alone, machine, together)
+        machine = max([e["observed_gflops"] for e in challenges(a, keys[0]) if e.get("roll_call")
+                       and e["kind"] == "sgemm" and e["passed"] and e.get("observed_gflops")] + now)
+        assert max(together) <= 1.3 * machine, (alone, machine, together, now)
         assert max(together) >= 0.5 * machine, (alone, machine, together)
         # one relay asks its identities at one moment: the same issued_at for each roll call's SGEMM challenge
         issued = [roll_call_issued_at(a, k.node_id) for i, k in enumerate(keys) if i != 2]
