@@ -9,6 +9,7 @@ with the last count that paid. Figures are work over the instances' common windo
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -98,11 +99,24 @@ def _probe_args(seed_hex: str, probes: str, budget_ms: int, sgemm_n: int,
                       "--soft-budget", "--sgemm-n", str(sgemm_n), "--stream-triad-only", *size]
 
 
+def schedulable_cpus() -> int:
+    """The CPUs the OS lets this process run on (its affinity: a container's cpuset, taskset), else the count
+    of CPUs. More instances than these never run at once: beyond them they only take time slices from other
+    processes, which the search must not count as cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024,
                    config: ScalingConfig = DEFAULT_SCALING, step: Callable[[int, bool], None] | None = None
                    ) -> tuple[list[tuple[int, float | None]], int]:
     """The instance search (capsule/scaling.py) with short SGEMM steps: (curve, chosen count). `reported` is
-    the platform's core count: a starting point, not a fact."""
+    the platform's core count (or the operator's --instances): a starting point, not a fact. On a server the
+    search stops at the schedulable CPUs (a browser cannot know them: WebKit says 4 on 2 cores): beside two busy
+    processes on 2 cores, a noisy step from 2 to 4 instances once read as a gain (fresh-clone run #31)."""
+    config = replace(config, max_instances=min(config.max_instances, schedulable_cpus()))
     curve: list[tuple[int, float | None]] = []
     while (k := next_instances(curve, max(1, reported), config)) is not None:
         if step:

@@ -215,13 +215,14 @@ def test_a_comparison_settles_early_only_when_its_pairs_prove_both_bounds() -> N
 
 def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artifacts) -> None:
     cores = os.cpu_count() or 1
-    honest, claimed = (find_instances(artifacts.capsule, SEED, claim)[1] for claim in (cores, 8))
+    (honest_curve, honest), (claimed_curve, claimed) = (find_instances(artifacts.capsule, SEED, c) for c in (cores, 8))
     assert 1 <= honest <= 2 * cores and 1 <= claimed <= 2 * cores, (honest, claimed)
     pairs = compared_pairs(cores, honest, claimed)
     assert pairs and all(base != other for base, other in pairs), (cores, honest, claimed, pairs)
     ratios = compare_in_rounds(pairs, lambda probe, k: figure(artifacts, probe, k))
     judge_ratios(ratios, "instances")
-    print(f"claimed-core test: honest {honest}, claimed {claimed}:", summary(ratios))  # shown with -s
+    print(f"claimed-core test: honest {honest} ({honest_curve}), claimed {claimed} ({claimed_curve}):",
+          summary(ratios))  # shown with -s
 
 
 def test_the_composed_measurement_seeds_each_instance_from_the_plan(artifacts: Artifacts) -> None:
