@@ -9,8 +9,8 @@ probe (host_runner/node.py measure), registered with its CPU claim as measured a
 than 2x what it ever showed is not believed; tests/test_gpu_rollcall.py), and a LiveSession answering with the
 capsule's reactor and a GpuContext, as `ce-bench node` does. Per roll call: the GPU answer's verdict (counted,
 after_deadline, ...), its time on the relay's clock, its observed TFLOP/s over the claim, and the products it
-committed of those it was given (work for 1.5625 s at the claim; it stops at 1.125 s). Reference: the GPU probe
-alone (host_runner/gpu.py, the same shader), measured before and after the roll calls.
+committed of those it was given (work for 1.5625 s at the claim; it stops at 1.125 s). Reference: the GPU probe's
+matmul alone (host_runner/gpu.py, the same shader, 1 s at its own order), before and after the roll calls.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main() -> int:
             print(line, flush=True)
             if ctx is None:
                 return 1
+            alone.append(probe_alone(ctx))  # the reference's method, before and after the roll calls
             session = LiveSession(relay.url, key, reactor_wasm=capsule.with_name("capsule-reactor.wasm"),
                                   gpu=ctx).start()
             try:
@@ -106,8 +107,9 @@ def main() -> int:
             ratios = [(e.get("observed_tflops") or 0.0) / claim for e in rows]
             share = [sum(e["products"]) / (e["reps"] * e["instances"]) for e in rows if e.get("products")]
             times = [e["commit_s"] for e in rows if e.get("commit_s")]
-            print(f"GPU claim {claim:.6f} fp32 TFLOP/s ({args.gpu_share:g} x the probe alone, "
-                  f"{alone[0]:.6f}; {alone[1]:.6f} after the roll calls)")
+            print(f"GPU claim {claim:.6f} fp32 TFLOP/s ({args.gpu_share:g} x `ce-bench run`'s GPU probe, "
+                  f"{alone[0]:.6f}); the probe's matmul alone (1 s, its own order), before and after the roll "
+                  f"calls: {alone[1]:.6f}, {alone[2]:.6f}")
             print(f"roll calls: {len(rows)}; GPU counted at {len(counted)} "
                   f"({', '.join(f'{v}: {list(verdicts.values()).count(v)}' for v in sorted(set(verdicts.values())))})")
             if rows:
