@@ -372,7 +372,9 @@ def test_a_hidden_tab_answers_no_challenges_and_answers_again_when_shown(devtool
     workers. Another tab brought to the front hides it for real: it says so to the relay (hello without
     answers), no challenge is answered or failed any more, and its renderer idles; shown again, it answers
     again."""
-    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1"]
+    # pings every second: the 5 s window below must see the relay's pings (at the default 10 s it saw none in
+    # about half the runs: fresh-clone run #33)
+    fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "1"]
     with RelayProcess(tmp_path / "relay", *fast) as relay:
         [tab] = [t for t in devtools.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
         join_tab = devtools.attach(tab["targetId"])
