@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.honest_count import cpu_model  # noqa: E402
+from bench.honest_count import cpu_model, measured_profile  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from host_runner.gpu_answer import context_for  # noqa: E402
@@ -66,12 +66,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
         try:
-            from host_runner.node import RunOptions, measure
             from host_runner.relay_client import fetch_beacon, post_profile
 
             key = NodeKey.generate()
-            opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=True, jitter=False, scratch=Path(tmp))
-            profile = measure(key, fetch_beacon(relay.url), opts).profile
+            profile = measured_profile(relay, key, capsule, Path(tmp), gpu=True)
             if not profile["gpus"] or not profile["gpus"][0].get("fp32_tflops"):
                 print(f"no GPU measured: {profile['evidence'].get('gpu_notes')}")
                 return 1

@@ -88,6 +88,16 @@ def counted_per_roll_call(relay: RelayProcess, node_id: str, count: int,
     return out
 
 
+def measured_profile(relay: RelayProcess, key: NodeKey, capsule: Path, scratch: Path, gpu: bool) -> dict[str, Any]:
+    """`ce-bench run`'s own measurement of this machine (host_runner/node.py measure, 500 ms phases), signed by
+    key against the relay's beacon, as it came out."""
+    from host_runner.node import RunOptions, measure
+    from host_runner.relay_client import fetch_beacon
+
+    opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=gpu, jitter=False, scratch=scratch)
+    return dict(measure(key, fetch_beacon(relay.url), opts).profile)
+
+
 def spin() -> None:
     while True:
         pass
@@ -108,12 +118,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
         try:
-            from host_runner.node import RunOptions, measure
-            from host_runner.relay_client import fetch_beacon, post_profile
+            from host_runner.relay_client import post_profile
 
             key = NodeKey.generate()
-            opts = RunOptions(capsule=capsule, phase_budget_ms=500, gpu=False, jitter=False, scratch=Path(tmp))
-            profile = measure(key, fetch_beacon(relay.url), opts).profile
+            profile = measured_profile(relay, key, capsule, Path(tmp), gpu=False)
             post_profile(relay.url, profile)
             claim, instances = float(profile["cpu"]["gflops_fp32"]), int(profile["cpu"]["cores"])
             session = LiveSession(relay.url, key, reactor_wasm=capsule.with_name("capsule-reactor.wasm")).start()

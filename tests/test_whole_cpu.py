@@ -225,6 +225,21 @@ def test_a_claim_of_8_cores_does_not_inflate_the_server_figures(artifacts: Artif
           summary(ratios))  # shown with -s
 
 
+def test_the_server_search_stops_at_the_cpus_it_may_run_on(artifacts: Artifacts) -> None:
+    """Pinned to one CPU (a cpuset, taskset), a claim of 8 never tries more than 1 instance: beyond the CPUs the
+    OS schedules it on, instances only take time slices from other processes (run #31 chose 4 on 2)."""
+    from host_runner.cpu import schedulable_cpus
+
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(saved)})
+    try:
+        assert schedulable_cpus() == 1
+        curve, chosen = find_instances(artifacts.capsule, SEED, 8)
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert chosen == 1 and curve and {k for k, _ in curve} == {1}, curve
+
+
 def test_the_composed_measurement_seeds_each_instance_from_the_plan(artifacts: Artifacts) -> None:
     whole = measure_whole_cpu(artifacts.capsule, SEED, ("sgemm", "stream"), 8, 1200)
     f = aggregate(whole.run.reports, whole.run.reports[0], whole.curve)
