@@ -47,58 +47,8 @@ def _apply_config_mutant(spec: str) -> None:
 if os.environ.get("CE_CONFIG_MUTANT"):
     _apply_config_mutant(os.environ["CE_CONFIG_MUTANT"])
 
-# Two tests at a time (scripts/test runs pytest-xdist with two workers; three made the other tests 30% slower
-# on two cores and the whole run longer: 1,254 s against 1,220, 2026-12-06; handing out the `alone` files last
-# did not shorten it either: 1,297 s), except those marked `alone`: they
-# measure CPU, memory, network or challenge figures against bounds, answer roll calls within a deadline, or
-# drive a browser through a Pyodide join, and a second test beside them would move what they measure. The
-# workers share two lock files: every test passes a turnstile, then holds the main lock shared, or, marked
-# `alone`, holds both exclusively from setup to teardown (its module's fixtures included), so it runs with
-# nothing else, as in a serial run. The turnstile keeps a waiting `alone` test from being overtaken. A worker
-# whose next test is `alone` too keeps both locks: released between them, the other worker would slip one
-# test in, and the machine would run that test by itself while the `alone` one waited for it.
-_LOCK_DIR = Path(os.environ.get("CE_BENCH_TEST_LOCKS", "/tmp"))
-_held: list[Any] = []  # the open lock files while this worker keeps the machine across `alone` tests
-
-
-def _run_lock_paths(config: pytest.Config) -> tuple[Path, Path] | None:
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return None  # one process: nothing runs beside a test
-    run = workerinput["testrunuid"]
-    return _LOCK_DIR / f"ce-bench-tests-{run}.gate", _LOCK_DIR / f"ce-bench-tests-{run}.main"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    import fcntl
-
-    paths = _run_lock_paths(item.config)
-    if paths is None:
-        yield
-        return
-    alone = item.get_closest_marker("alone") is not None
-    keep = alone and nextitem is not None and nextitem.get_closest_marker("alone") is not None
-    if _held:  # the previous test was `alone` and so is this one: the locks are still held
-        gate, main = _held
-        _held.clear()
-    else:
-        gate, main = open(paths[0], "a"), open(paths[1], "a")  # noqa: SIM115 - closed below or by the next test
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        if not alone:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-    try:
-        yield
-    finally:
-        if keep:
-            _held.extend((gate, main))
-        else:
-            fcntl.flock(main, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-            gate.close()
-            main.close()
+# How two xdist workers share the cores (`alone`, `timed` and ordinary tests): tests/scheduling.py
+from tests.scheduling import pytest_runtest_protocol  # noqa: E402, F401  (the hook pytest finds here)
 
 
 @dataclass(frozen=True)

@@ -258,7 +258,7 @@ ROUND_IN_PAGE = """async ({ k, seeds, args }) => {
 }"""
 
 
-@pytest.mark.alone  # throughput compared in alternation (tests/conftest.py)
+@pytest.mark.alone  # throughput compared in alternation (tests/scheduling.py)
 def test_a_claimed_core_count_does_not_inflate_whole_device_figures(browser: Browser, relay: RelayProcess) -> None:
     """A page told it has 8 cores (CDP override, like WebKit's 4 on 2 cores) reports whole-CPU GFLOP/s and
     memory bandwidth within 10% of the machine's own (issue 9). Same design as tests/test_whole_cpu.py,
@@ -386,7 +386,7 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         context.close()
 
 
-@pytest.mark.alone  # the join within 60 s, challenge answers within deadlines (tests/conftest.py)
+@pytest.mark.alone  # the join within 60 s, challenge answers within deadlines (tests/scheduling.py)
 def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page, tmp_path: Path,
                                                                      artifacts: Artifacts) -> None:
     """One join for what took two before: the page measures with WebGPU within 60 s and signs the bytes

@@ -23,8 +23,8 @@ from tests.relay_process import CLI, RelayProcess, free_port, start_all
 from tests.test_links import link, register
 from tests.test_proven import until
 
-# run alone (tests/conftest.py): landmark RTTs and a browser join
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): landmark RTTs; the browser's join runs alone
+pytestmark = pytest.mark.timed
 
 OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000",
            "--peer-probe-interval-s", "2", "--peer-probe-pair-repeat-s", "0"]
@@ -198,6 +198,7 @@ def node_online(relay: RelayProcess, key: NodeKey) -> bool:
     return bool(relay.get(f"/v1/nodes/{key.node_id}")[1]["status"]["online"])
 
 
+@pytest.mark.alone  # a browser join: its CPU use moves what is judged (tests/scheduling.py)
 def test_a_browser_is_measured_by_the_landmarks_too(
         page: Any, cluster: tuple[NatsProcess, list[RelayProcess], list[NodeKey]], artifacts: Any) -> None:
     """Phones as much as servers: the join page served by relay B, once joined, asks A and C for landmark

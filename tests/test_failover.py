@@ -36,7 +36,7 @@ from tests.relay_process import RelayProcess, free_port, start_all
 from tests.test_proven import until
 from tests.threaded import in_thread
 
-# run alone (tests/conftest.py): 2,000 sessions and three relays take both cores
+# run alone (tests/scheduling.py): 2,000 sessions and three relays take both cores
 pytestmark = pytest.mark.alone
 
 SESSIONS = int(os.environ.get("CE_FAILOVER_SESSIONS", "2000"))

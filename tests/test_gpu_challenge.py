@@ -238,7 +238,7 @@ def test_products_of_wrong_inputs_fail(ctx: GpuContext) -> None:
     assert caught.value.code == "wrong_rows"
 
 
-@pytest.mark.alone  # observed throughput compared between claims (tests/conftest.py)
+@pytest.mark.alone  # observed throughput compared between claims (tests/scheduling.py)
 def test_overstated_claim_shows_a_third(ctx: GpuContext) -> None:
     """The adapter's real fp32 speed measured by the probe itself (host_runner/gpu.py, same shader); a challenge
     sized for 3x that takes ~3x the target, so observed/claimed is ~1/3, beside an honest claim's ~1 in the

@@ -41,8 +41,8 @@ from web.proof.gpu_challenges import new_gpu_challenge
 from web.proof.rollcall import Proof, counted
 from web.proof.transcripts import TranscriptError, check_transcript, transcript_body
 
-# run alone (tests/conftest.py): roll-call answers within a common deadline
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): roll-call answers within a common deadline; the browser's test runs alone
+pytestmark = pytest.mark.timed
 
 # a roll call every 6 s (beacon rounds every 1 s): SGEMM and GPU at 0, the reference model at 3 s (each phase's
 # answers are due 1.25 s after it starts), then 1.75 s of nothing before the next, as tests/test_proven.py and
@@ -268,6 +268,7 @@ def browser_type_launch_args() -> dict[str, Any]:
     return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}  # as tests/test_browser.py
 
 
+@pytest.mark.alone  # a browser join: its CPU use moves what is judged (tests/scheduling.py)
 def test_a_browser_answers_its_gpu_challenges_beside_its_sgemm_ones(page: Any, relay: RelayProcess,
                                                                     artifacts: Any) -> None:
     """The join page with WebGPU (SwiftShader here) says hello with "gpu" and answers the GPU challenges of

@@ -24,8 +24,8 @@ from web.api.problems import Problem
 from web.config import RelayConfig
 from web.map.links import LinkBook
 
-# run alone (tests/conftest.py): session RTTs become co-signed link samples
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): session RTTs become co-signed link samples
+pytestmark = pytest.mark.timed
 
 
 def register(relay: RelayProcess) -> NodeKey:

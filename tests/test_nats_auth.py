@@ -34,8 +34,8 @@ from web.cluster import nats_cluster as cluster
 from web.cluster.nats_auth import RELAY_SUBJECTS, relay_permissions
 from web.config import RelayConfig
 
-# run alone (tests/conftest.py): beacon rounds and digests cross the cluster within set times
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): beacon rounds and digests cross the cluster within set times
+pytestmark = pytest.mark.timed
 
 INVALID = 'ce_relay_cluster_received_total{result="invalid"}'
 DIGESTS = tuple(f'ce_relay_cluster_received_total{{result="digest_{outcome}"}}'

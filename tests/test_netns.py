@@ -26,7 +26,7 @@ from capsule.signing import verify_record
 from fabric.vivaldi import coordinates_from_links
 from tests.conftest import ROOT
 
-# run alone (tests/conftest.py): RTTs through a user-space forwarder; predictions judged against them
+# run alone (tests/scheduling.py): RTTs through a user-space forwarder; predictions judged against them
 pytestmark = pytest.mark.alone
 
 HOSTS = 6

@@ -27,8 +27,8 @@ from web.config import RelayConfig
 from web.map.peer_probes import PeerBroker
 from web.sessions.live import LiveError
 
-# run alone (tests/conftest.py): both peers' RTTs must agree within 1.5x + 3 ms
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): both peers' RTTs must agree within 1.5x + 3 ms
+pytestmark = pytest.mark.timed
 
 SDP = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\n"
 FAST = ["--heartbeat-interval", "0.3", "--peer-probe-interval-s", "1", "--peer-probe-pair-repeat-s", "0",

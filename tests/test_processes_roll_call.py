@@ -109,7 +109,7 @@ def online(relay: RelayProcess, node_id: str) -> bool:
     return status == 200 and bool(body["status"]["online"])
 
 
-@pytest.mark.alone  # a roll call's sends to 40 sessions, timed across two processes
+@pytest.mark.timed  # a roll call's sends to 40 sessions, timed across two processes
 def test_every_session_of_every_process_is_asked_at_one_roll_call(tmp_path: Path) -> None:
     nats = NatsProcess(tmp_path / "nats", users=["relay"]).start()
     relay = RelayProcess(tmp_path / "relay", *nats.relay_args("relay"), *RELAY)

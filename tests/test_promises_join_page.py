@@ -163,7 +163,7 @@ WATCH_WHOLE_RUN = """(() => {
 })();"""
 
 
-@pytest.mark.alone  # judged on measured throughput (tests/conftest.py)
+@pytest.mark.alone  # judged on measured throughput (tests/scheduling.py)
 def test_a_sharp_throughput_drop_is_flagged(browser: Browser, tmp_path: Path, artifacts: Artifacts) -> None:
     """The page's whole-CPU run takes up to 40 SGEMM samples of 5-20 ms each here (then STREAM); 0.15 s into
     it (after at least 3 samples, before the last 3) the renderer is held to a tenth of the CPU. The later
@@ -218,7 +218,7 @@ def test_a_sharp_throughput_drop_is_flagged(browser: Browser, tmp_path: Path, ar
             context.close()
 
 
-@pytest.mark.alone  # judged on measured throughput (tests/conftest.py)
+@pytest.mark.alone  # judged on measured throughput (tests/scheduling.py)
 def test_an_unthrottled_run_is_not_flagged(browser: Browser, tmp_path: Path, artifacts: Artifacts) -> None:
     """The flag's other side, on the same machine: a run left alone is flagged only if its own samples drop
     by the README's rule (so noise cannot make the flag a constant)."""
@@ -328,7 +328,7 @@ def devtools(tmp_path: Path) -> Iterator[DevTools]:
 STATUS = "document.getElementById('status').textContent"
 
 
-@pytest.mark.alone  # the renderer's CPU use is measured (tests/conftest.py)
+@pytest.mark.alone  # the renderer's CPU use is measured (tests/scheduling.py)
 def test_heavy_work_stops_when_the_tab_is_hidden(devtools: DevTools, tmp_path: Path, artifacts: Artifacts) -> None:
     """Join, then, while the page measures, another tab of the same window is opened in front: the join tab is
     really hidden (document.visibilityState, no override). The run stops with the reason and posts nothing,
@@ -365,7 +365,7 @@ def test_heavy_work_stops_when_the_tab_is_hidden(devtools: DevTools, tmp_path: P
         assert devtools.evaluate(join_tab, "window.ceProfile === undefined")
 
 
-@pytest.mark.alone  # challenge answers within deadlines (tests/conftest.py)
+@pytest.mark.alone  # challenge answers within deadlines (tests/scheduling.py)
 def test_a_hidden_tab_answers_no_challenges_and_answers_again_when_shown(devtools: DevTools, tmp_path: Path,
                                                                           artifacts: Artifacts) -> None:
     """After a join, the relay challenges the tab every second (fast options) and the tab answers in its

@@ -192,7 +192,7 @@ async def probe_budget_run(url: str, keys: list[NodeKey], t_measure: float) -> t
     return arrivals, len(probed)
 
 
-@pytest.mark.alone  # the budget is judged in a timed window (tests/conftest.py)
+@pytest.mark.timed  # the budget is judged in a timed window (tests/scheduling.py)
 def test_relay_wide_bandwidth_probe_budget_holds_with_many_sessions(tmp_path: Path) -> None:
     """120 live sessions, every ping a chance of a probe (--bw-probe-interval 1 = --heartbeat-interval): they
     would take ~120 probes/s; the relay-wide budget (64 Mbit/s of 256 KiB probes: 30.5/s, no burst) is what

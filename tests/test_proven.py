@@ -24,8 +24,8 @@ from host_runner.live_client import LiveSession
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
 
-# run alone (tests/conftest.py): roll-call answers within a common deadline, compared across roll calls
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): roll-call answers within a common deadline, compared across roll calls
+pytestmark = pytest.mark.timed
 
 # a roll call every 6 s (beacon rounds every 1 s), its reference-model phase 3 s after the SGEMM one
 QUICK = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",

@@ -34,8 +34,8 @@ from tests.test_proven import (
 )
 from tests.threaded import in_thread
 
-# run alone (tests/conftest.py): roll-call answers within a common deadline, compared across roll calls
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): roll-call answers within a common deadline, compared across roll calls
+pytestmark = pytest.mark.timed
 
 
 @pytest.fixture(scope="module")

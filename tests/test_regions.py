@@ -99,7 +99,7 @@ def network_nodes(relay: RelayProcess) -> tuple[int, dict[str, Any]]:
     return int(body["network"]["totals"]["nodes"]), body["network"]["regions"]
 
 
-@pytest.mark.alone  # roll-call answers within a common deadline
+@pytest.mark.timed  # roll-call answers within a common deadline (tests/scheduling.py)
 def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_its_trust(
         tmp_path: Path, measured: dict[str, Any], artifacts: Any) -> None:
     names = ["e1", "e2", "u1"]

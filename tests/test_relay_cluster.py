@@ -13,8 +13,8 @@ from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, start_all
 from tests.samples import sample_profile
 
-# run alone (tests/conftest.py): heartbeats and digests cross the cluster within set times
-pytestmark = pytest.mark.alone
+# timed (tests/scheduling.py): heartbeats and digests cross the cluster within set times
+pytestmark = pytest.mark.timed
 
 
 def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -27,7 +27,7 @@ from host_runner.live_client import LiveSession
 from tests.relay_process import CLI, RelayProcess
 from tests.test_proven import registered as proven_registered
 
-# Marked `alone` (tests/conftest.py): the tests that compare answer times with claims or deadlines, or one
+# Marked `alone` (tests/scheduling.py): the tests that compare answer times with claims or deadlines, or one
 # machine's identities. A wrong answer fails whatever the load, so those tests run beside others. The first
 # test (alone) makes the module's relay and measured profile: the profile is measured on quiet cores.
 ALONE = pytest.mark.alone

@@ -35,7 +35,7 @@ from capsule.plan import instance_seed
 from host_runner.cpu import find_instances, measure_whole_cpu, whole_cpu_run
 from tests.conftest import Artifacts
 
-# run alone (tests/conftest.py): instance counts compared by throughput, measured in alternation
+# run alone (tests/scheduling.py): instance counts compared by throughput, measured in alternation
 pytestmark = pytest.mark.alone
 
 SEED = "ab" * 32

@@ -31,7 +31,7 @@ from tests.conftest import ROOT
 from tests.nats_process import NATS_SERVER
 from tests.relay_process import CLI
 
-# run alone (tests/conftest.py): RTTs through a user-space router; the map's accuracy is judged against them
+# run alone (tests/scheduling.py): RTTs through a user-space router; the map's accuracy is judged against them
 pytestmark = pytest.mark.alone
 
 REGIONS = [(0.0, 0.0), (70.0, 0.0), (30.0, 62.0)]  # centres in a plane whose unit is 1 ms of RTT
