@@ -151,11 +151,26 @@ def fetch_rfc8785_wheel() -> Path:
     return wheel
 
 
+def wheel_sources() -> list[Path]:
+    """capsule/*.py (+ schema): what the capsule wheel holds."""
+    return sorted(p for p in (ROOT / "capsule").rglob("*") if p.suffix in (".py", ".json") and p.is_file())
+
+
+def shader_sources() -> list[Path]:
+    return sorted((ROOT / "capsule" / "shaders").glob("*.wgsl"))
+
+
+def page_sources() -> list[Path]:
+    """The browser node's scripts and the relay's pages, served as they are."""
+    return sorted([*(ROOT / "browser_node").glob("*.js"), *(p for p in (ROOT / "web" / "pages").glob("*")
+                                                             if p.is_file())])
+
+
 def capsule_wheel(dest: Path) -> Path:
     """capsule/*.py (+ schema) as a pure-Python wheel that Pyodide unpacks: the browser runs the same
     Python as servers."""
     name = "ce_capsule-1.0.0-py3-none-any.whl"
-    files = sorted(p for p in (ROOT / "capsule").rglob("*") if p.suffix in (".py", ".json") and p.is_file())
+    files = wheel_sources()
     records = []
     out = dest / name
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -178,10 +193,8 @@ def capsule_wheel(dest: Path) -> Path:
 
 def web_sources() -> list[Path]:
     """Every repository file build/web is made from (the pinned npm and PyPI packages are named by version)."""
-    return sorted([*(p for p in (ROOT / "capsule").rglob("*") if p.suffix in (".py", ".json") and p.is_file()),
-                   *(ROOT / "capsule" / "shaders").glob("*.wgsl"), *(ROOT / "browser_node").glob("*.js"),
-                   *(p for p in (ROOT / "web" / "pages").glob("*") if p.is_file()), BUILD / "capsule-reactor.wasm",
-                   Path(__file__).resolve()])
+    return [*wheel_sources(), *shader_sources(), *page_sources(), BUILD / "capsule-reactor.wasm",
+            Path(__file__).resolve()]
 
 
 def web_digest() -> str:
@@ -217,9 +230,9 @@ def build_web(force: bool = False) -> Path:
     (web / "vendor").mkdir()
     shutil.copy2(noble / "index.js", web / "vendor" / "noble-ed25519.js")
     shutil.copy2(noble / "LICENSE", web / "vendor" / "noble-ed25519.LICENSE")
-    for shader in (ROOT / "capsule" / "shaders").glob("*.wgsl"):
+    for shader in shader_sources():
         shutil.copy2(shader, web / "shaders" / shader.name)
-    for source in [*(ROOT / "browser_node").glob("*.js"), *(ROOT / "web" / "pages").glob("*")]:
+    for source in page_sources():
         shutil.copy2(source, web / source.name)
     stamp.write_text(wanted)
     return web
