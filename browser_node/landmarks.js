@@ -9,6 +9,11 @@ import { LINK_RTT_MAX_MS, LINK_RTT_MIN_MS, relaySigned } from "./relay.js";
 export const LANDMARK_INTERVAL_MS = 10 * 60 * 1000;
 const PROBE_TIMEOUT_MS = 10000;
 const MAX_LANDMARKS = 3;
+// A landmark that does not hold this page's profile yet (just joined: it is on its way through the cluster)
+// answers unknown_node; it is asked again 3 s later, 5 tries in all, not at the next round 10 minutes away
+// (the same as a server node: common/landmark_probe.py UNKNOWN_NODE_TRIES).
+const UNKNOWN_NODE_TRIES = 5;
+const UNKNOWN_NODE_RETRY_MS = 3000;
 
 export async function landmarks() {
   const resp = await fetch("/v1/relays", { cache: "no-store" });
@@ -50,6 +55,18 @@ export function probe(url, nodeId, key, py) {
   });
 }
 
+// One landmark's line: its RTT, or why it failed; asked again shortly while it does not know this node yet.
+async function probeLine(landmark, nodeId, key, py) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return `${(await probe(landmark.url, nodeId, key, py)).toFixed(2)} ms`;
+    } catch (err) {
+      if (!err.message.startsWith("unknown_node:") || attempt >= UNKNOWN_NODE_TRIES) return `failed (${err.message})`;
+      await new Promise((resolve) => setTimeout(resolve, UNKNOWN_NODE_RETRY_MS));
+    }
+  }
+}
+
 // Probes every landmark now and every LANDMARK_INTERVAL_MS while the tab is visible; report(text) per round.
 export function probeLandmarks(nodeId, key, py, report) {
   const round = async () => {
@@ -62,13 +79,7 @@ export function probeLandmarks(nodeId, key, py, report) {
       return;
     }
     const lines = [];
-    for (const l of found) {
-      try {
-        lines.push(`${l.relay.slice(-8)} ${(await probe(l.url, nodeId, key, py)).toFixed(2)} ms`);
-      } catch (err) {
-        lines.push(`${l.relay.slice(-8)} failed (${err.message})`);
-      }
-    }
+    for (const l of found) lines.push(`${l.relay.slice(-8)} ${await probeLine(l, nodeId, key, py)}`);
     window.ceLandmarks = lines;
     if (lines.length) report(`measured by ${lines.length} other relay(s) of the cluster: ${lines.join(", ")}`);
   };

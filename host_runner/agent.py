@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.keys import NodeKey
 from host_runner.claim_drift import DriftConfig, drift
@@ -30,6 +30,9 @@ from host_runner.relay_client import (
     save_to_outbox,
 )
 from host_runner.wasm import CapsuleError, default_engine, load_module
+
+if TYPE_CHECKING:
+    from host_runner.landmarks import Landmark
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ class Agent:
 
     def _probe_landmarks(self) -> None:
         """Now and every landmark_interval_s: the other relays of the cluster probe this node (one line each)."""
-        from host_runner.landmarks import ProbeError, landmarks, probe
+        from host_runner.landmarks import landmarks
 
         wait = 0.0
         while not self.stop.wait(wait):
@@ -221,14 +224,24 @@ class Agent:
                 self.say(f"landmarks: could not list the relays ({exc})")
                 found = []
             for landmark in found:
-                self._wait_until_not_answering()
-                try:
-                    rtt_ms = probe(landmark.url, self.key)
-                except ProbeError as exc:
-                    self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): probe failed: {exc}")
-                    continue
-                self.probes += 1
-                self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): {rtt_ms:.2f} ms")
+                self._probe_landmark(landmark)
+
+    def _probe_landmark(self, landmark: Landmark) -> None:
+        """One landmark's probe, asked again shortly while it does not hold this node's profile yet."""
+        from host_runner.landmarks import UNKNOWN_NODE_RETRY_S, UNKNOWN_NODE_TRIES, ProbeError, probe
+
+        for attempt in range(1, UNKNOWN_NODE_TRIES + 1):
+            self._wait_until_not_answering()
+            try:
+                rtt_ms = probe(landmark.url, self.key)
+            except ProbeError as exc:
+                self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): probe failed: {exc}")
+                if exc.not_known_yet and attempt < UNKNOWN_NODE_TRIES and not self.stop.wait(UNKNOWN_NODE_RETRY_S):
+                    continue  # the profile is still on its way there (common/landmark_probe.py)
+                return
+            self.probes += 1
+            self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): {rtt_ms:.2f} ms")
+            return
 
     def _wait_until_not_answering(self) -> None:
         """Holds a landmark probe back while the live session computes a challenge (up to

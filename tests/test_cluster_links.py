@@ -7,6 +7,7 @@ A node keeps its session with one relay and the others probe it (WS /v1/probe): 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -139,7 +140,10 @@ def test_landmark_probes_measure_a_node_from_every_relay(
     from websockets.sync.client import connect
 
     from capsule.signing import sign
-    from host_runner.landmarks import ProbeError, landmarks, probe
+    from host_runner.agent import Agent
+    from host_runner.landmarks import Landmark, ProbeError, landmarks, probe
+    from host_runner.node import RunOptions
+    from tests.samples import sample_profile
 
     _, relays, keys = cluster
     start_all(relays)
@@ -161,7 +165,18 @@ def test_landmark_probes_measure_a_node_from_every_relay(
         probe(b.url, stranger)
         raise AssertionError("a node without a profile was probed")
     except ProbeError as exc:
-        assert "unknown_node" in str(exc), exc
+        assert "unknown_node" in str(exc) and exc.not_known_yet, exc
+    # just registered elsewhere, its profile still on its way to B: B is asked again 3 s later, not at the next
+    # round 10 minutes away (here the profile reaches B 1 s after the first refusal)
+    late_key, late_profile = sample_profile(beacon=b.get("/beacon")[1])
+    said: list[str] = []
+    agent = Agent(a.url, late_key, RunOptions(capsule=Path("unused.wasm")), say=said.append)
+    threading.Timer(1.0, lambda: b.post("/v1/profiles", late_profile)).start()
+    started = time.monotonic()
+    agent._probe_landmark(Landmark(keys[1].node_id, b.url))
+    assert agent.probes == 1 and len(said) == 2 and "probe failed: unknown_node" in said[0], said
+    assert said[1].endswith(" ms") and 3.0 <= time.monotonic() - started < 10, said
+    assert pair(late_key.node_id, keys[1].node_id) in edges(b)
     with connect(b.url.replace("http://", "ws://") + "/v1/probe", open_timeout=10) as ws:  # a node that lies
         welcome = json.loads(ws.recv(timeout=10))
         beat = sign("Heartbeat", {"node_id": silent.node_id, "session": welcome["session"], "seq": 1,
