@@ -170,8 +170,13 @@ def test_landmark_probes_measure_a_node_from_every_relay(
     # round 10 minutes away (here the profile reaches B 1 s after the first refusal)
     late_key, late_profile = sample_profile(beacon=b.get("/beacon")[1])
     said: list[str] = []
-    agent = Agent(a.url, late_key, RunOptions(capsule=Path("unused.wasm")), say=said.append)
-    threading.Timer(1.0, lambda: b.post("/v1/profiles", late_profile)).start()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if len(said) == 1:
+            threading.Timer(1.0, lambda: b.post("/v1/profiles", late_profile)).start()
+
+    agent = Agent(a.url, late_key, RunOptions(capsule=Path("unused.wasm")), say=say)
     started = time.monotonic()
     agent._probe_landmark(Landmark(keys[1].node_id, b.url))
     assert agent.probes == 1 and len(said) == 2 and "probe failed: unknown_node" in said[0], said
