@@ -2,13 +2,13 @@
 it too, for the landmarks' own mesh); this module keeps the name nodes and tests import."""
 
 from common.landmark_probe import (
-                                   PROBE_TIMEOUT_S,
-                                   UNKNOWN_NODE_RETRY_S,
-                                   UNKNOWN_NODE_TRIES,
-                                   Landmark,
-                                   ProbeError,
-                                   landmarks,
-                                   probe,
+    PROBE_TIMEOUT_S,
+    UNKNOWN_NODE_RETRY_S,
+    UNKNOWN_NODE_TRIES,
+    Landmark,
+    ProbeError,
+    landmarks,
+    probe,
 )
 
 __all__ = ["PROBE_TIMEOUT_S", "UNKNOWN_NODE_RETRY_S", "UNKNOWN_NODE_TRIES", "Landmark", "ProbeError", "landmarks",
