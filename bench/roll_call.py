@@ -16,13 +16,23 @@ processes on the one port (its own nats-server): a roll call's figures are summe
 taken at their worst (send spread, plus how far apart the processes began it) over the processes, each process's
 GET /v1/roll-calls read until every one answered.
 The generator and the honest node share the 2 cores with the relay: figures are upper bounds for the relay.
+
+With --pin the three stand where a deployment has them: the relay on core 0, the generator on core 0 too but at
+the idle scheduling class (SCHED_IDLE: it stands in for 10,000 other machines, so it takes only the time the
+relay leaves, and parsing their challenges never delays the relay's next send), and the honest node alone on
+core 1, where it measures its claim and answers (its own machine). What that separates: the relay's own send
+path and its fairness to a node it serves, from three programs taking turns on two cores (the honest node's
+compute threads, started by its challenge, made the relay's remaining sends wait; unpinned figures below).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -35,11 +45,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nacl.signing import SigningKey  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from bench.relay_load import ONE_ADDRESS  # noqa: E402
-from bench.relay_sessions import beats, cpu_s, known_everywhere, register_nodes  # noqa: E402
+from bench.relay_sessions import beats, cpu_s, family, known_everywhere, register_nodes  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
@@ -96,6 +107,39 @@ async def _silent_session(url: str, key: NodeKey, stop: asyncio.Event, challenge
             beat.cancel()
 
 
+def generator(url: str, seeds: list[bytes], counts: Any, stop: Any, core: int | None) -> None:
+    """The silent sessions in a process of their own (the bench's child): `counts` is shared, [open, lost,
+    challenged] (written every 50 ms). With `core`, pinned there at the idle scheduling class (--pin)."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    asyncio.run(_generate(url, [NodeKey(SigningKey(seed)) for seed in seeds], counts, stop))
+
+
+async def _generate(url: str, keys: list[NodeKey], counts: Any, stop: Any) -> None:
+    done, challenged, sessions = asyncio.Event(), [0], {"open": 0, "lost": 0}
+    tasks = []
+    for i, key in enumerate(keys):
+        tasks.append(asyncio.create_task(silent_session(url, key, done, challenged, sessions)))
+        if i % 200 == 199:
+            await asyncio.sleep(0.2)
+    while not stop.is_set():
+        counts[0], counts[1], counts[2] = sessions["open"], sessions["lost"], challenged[0]
+        await asyncio.sleep(0.05)
+    done.set()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def pin_process(pid: int, core: int) -> None:
+    """Every thread of a process and of its children on one core (threads started later inherit it)."""
+    for p in family(pid):
+        for tid in os.listdir(f"/proc/{p}/task"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), {core})
+
+
 def roll_calls(relay: RelayProcess, processes: int = 1) -> list[dict[str, Any]]:
     """The roll calls every process ran, latest last: sessions challenged summed over the processes, the send
     spread at its widest, and `between_ms`, how far apart the processes began it (GET /v1/roll-calls on new
@@ -126,16 +170,17 @@ def roll_calls(relay: RelayProcess, processes: int = 1) -> list[dict[str, Any]]:
 
 
 async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count: int,
-               processes: int = 1) -> dict[str, Any]:
+               processes: int = 1, pin: bool = False) -> dict[str, Any]:
     url = relay.url.replace("http://", "ws://") + "/v1/live"
-    stop, challenged = asyncio.Event(), [0]
-    sessions = {"open": 0, "lost": 0}
-    tasks = []
-    for i, key in enumerate(keys):
-        tasks.append(asyncio.create_task(silent_session(url, key, stop, challenged, sessions)))
-        if i % 200 == 199:
-            await asyncio.sleep(0.2)
+    spawn = multiprocessing.get_context("spawn")  # this process runs threads (the honest node): no fork
+    counts, stop = spawn.Array("q", 3, lock=False), spawn.Event()
+    child = spawn.Process(target=generator, args=(url, [k.seed for k in keys], counts, stop, 0 if pin else None))
+    child.start()
+    ramp_until = time.monotonic() + 30 + len(keys) / 500
+    while counts[0] + counts[1] < len(keys) and time.monotonic() < ramp_until:
+        await asyncio.sleep(0.5)
     await asyncio.sleep(8)  # every session said hello and beat
+
     assert relay.proc is not None
     seen = {c["id"] for c in roll_calls(relay, processes)}
     spreads: list[float] = []
@@ -145,7 +190,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
     # challenges the silent sessions received for it (counted from the last poll with no roll call in flight:
     # a challenge that arrived before its roll call showed is missed, so this can only under-count)
     live: list[tuple[int, int, int]] = []  # (open, received + 1, relay's sessions_challenged)
-    mark, open_before = challenged[0], sessions["open"]
+    mark, open_before = int(counts[2]), int(counts[0])
     codes: set[str] = set()  # the failure codes of the measured roll calls (busy: not asked, still answering)
     every: dict[str, Any] = {}  # every roll call seen in the window: challenged, not asked by why, failure codes
     widest_not_asked: dict[str, int] = {}  # the widest roll call's sessions not asked, by why (the relays')
@@ -159,7 +204,7 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         # some are not (late heartbeats), so those that reached at least COVERAGE of them count, and say so
         calls = [c for c in roll_calls(relay, processes) if c["id"] not in seen]
         if not calls:
-            mark, open_before = challenged[0], sessions["open"]
+            mark, open_before = int(counts[2]), int(counts[0])
         for c in calls:
             every[c["id"]] = (c["sessions_challenged"], c["not_asked"], c["failure_codes"])
             if c["sessions_challenged"] / (len(keys) + 1) >= widest:
@@ -172,9 +217,9 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
         reached.append(call["sessions_challenged"] / (len(keys) + 1))
         await asyncio.sleep(2.0)
         seen.update(c["id"] for c in calls)  # those below COVERAGE too: their challenges are in `mark` now
-        live.append((open_before + 1, challenged[0] - mark + 1, call["sessions_challenged"]))
+        live.append((open_before + 1, int(counts[2]) - mark + 1, call["sessions_challenged"]))
         codes.update(call["failure_codes"])
-        mark, open_before = challenged[0], sessions["open"]
+        mark, open_before = int(counts[2]), int(counts[0])
         cpu.append(cpu_s(relay.proc.pid) - before)
         spreads.append(call["send_spread_ms"])
         between.append(call["between_ms"])
@@ -190,16 +235,16 @@ async def step(relay: RelayProcess, keys: list[NodeKey], honest: NodeKey, count:
     ratios = [e["observed_gflops"] / claim for e in events if e["event"] == "challenge" and e.get("roll_call")
               and e["kind"] == "sgemm" and e["passed"]]
     stop.set()
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
     return {"spread_ms": statistics.median(spreads) if spreads else float("nan"),
             "spread_max_ms": max(spreads) if spreads else float("nan"),
             "relay_cpu_s": statistics.median(cpu) if cpu else float("nan"), "roll_calls": len(spreads),
             "honest_ratio": statistics.median(ratios) if ratios else float("nan"), "honest_n": len(ratios),
             "reached": min(reached) if reached else float("nan"), "widest": widest,
             "live_share": min((min(r, c) / o for o, r, c in live), default=float("nan")),
-            "live": live[0] if live else (0, 0, 0), "lost": sessions["lost"], "codes": sorted(codes),
+            "live": live[0] if live else (0, 0, 0), "lost": int(counts[1]), "codes": sorted(codes),
             "not_asked": widest_not_asked, "every": list(every.values()),
             "between_ms": max(between) if between else float("nan")}
 
@@ -231,12 +276,20 @@ def main() -> int:
     parser.add_argument("--steps", default="100,1000")
     parser.add_argument("--roll-calls", type=int, default=3)
     parser.add_argument("--processes", type=int, default=1, help="relay processes on the one port")
+    parser.add_argument("--pin", action="store_true",
+                        help="relay on core 0, the generator there at idle priority, the honest node on core 1")
     args = parser.parse_args()
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--pin needs two cores (the relay on one, the honest node on the other)")
     steps = [int(x) for x in args.steps.split(",")]
     capsule = ROOT / "build" / "capsule.wasm"
     with tempfile.TemporaryDirectory() as tmp:
         processes = ["--processes", str(args.processes)] if args.processes > 1 else []
         relay = RelayProcess(Path(tmp) / "relay", *RELAY, *processes).start(timeout=60)
+        if args.pin:
+            assert relay.proc is not None
+            pin_process(relay.proc.pid, 0)
+            os.sched_setaffinity(0, {1})  # the honest node measures its claim and answers on core 1 alone
         try:
             if args.processes > 1:  # profiles cite one process's beacon and may reach another: all must know it
                 heard_each_other(relay)
@@ -247,7 +300,8 @@ def main() -> int:
             reference = None
             try:
                 for n in steps:
-                    got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls, args.processes))
+                    got = asyncio.run(step(relay, [k for k, _ in pairs[:n]], honest, args.roll_calls, args.processes,
+                                           args.pin))
                     reference = reference or got["spread_ms"]
                     print(f"{n:>6} sessions + 1 honest: {got['roll_calls']} roll calls (each challenged at least "
                           f"{got['reached']:.1%} of the sessions; the widest of all {got['widest']:.1%}; of the "

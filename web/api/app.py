@@ -31,6 +31,7 @@ from web.map.probe_endpoint import probe
 from web.map.stats import FabricStats
 from web.proof.checks import odds as check_odds
 from web.relay import Relay
+from web.sessions.direct_frames import DirectFrames
 from web.sessions.live_endpoint import live
 
 log = logging.getLogger("ce.relay")
@@ -377,7 +378,9 @@ def create_app(config: RelayConfig) -> Starlette:
         routes.append(Route("/", index))
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(IsolationHeaders), Middleware(GZipMiddleware, minimum_size=1024)],
+        # DirectFrames first: it must see the server's own send (web/sessions/direct_frames.py)
+        middleware=[Middleware(DirectFrames), Middleware(IsolationHeaders),
+                    Middleware(GZipMiddleware, minimum_size=1024)],
         exception_handlers={Problem: on_problem, Exception: on_error},
         lifespan=lifespan,
     )

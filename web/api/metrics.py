@@ -45,6 +45,9 @@ class Metrics:
         self.transcripts_audited = 0            # peer relays' transcripts whose work this relay re-checked
         # WS /v1/live frames and sessions refused, by code (web/sessions/live_guard.py)
         self.live_refused = Counter[str]()
+        # roll-call challenges by how they left: written straight to the socket, or through ASGI
+        # (web/sessions/direct_frames.py)
+        self.roll_call_sends = Counter[str]()
 
     def render(self, gauges: dict[str, float]) -> str:
         lines = ["# HELP ce_relay_ingest_total Profiles posted, by result code.",
@@ -69,6 +72,9 @@ class Metrics:
         lines += ["# HELP ce_relay_live_refused_total Live frames refused unparsed and sessions refused or closed "
                   "for their address's limits, by code.", "# TYPE ce_relay_live_refused_total counter"]
         lines += [f'ce_relay_live_refused_total{{code="{k}"}} {n}' for k, n in sorted(self.live_refused.items())]
+        lines += ["# HELP ce_relay_roll_call_sends_total Roll-call challenges sent, by path: direct (a frame built "
+                  "beforehand, written to the socket) or asgi.", "# TYPE ce_relay_roll_call_sends_total counter"]
+        lines += [f'ce_relay_roll_call_sends_total{{path="{k}"}} {n}' for k, n in sorted(self.roll_call_sends.items())]
         for name, value in gauges.items():
             lines += [f"# TYPE {name} gauge", f"{name} {value}"]
         return "\n".join(lines) + "\n"

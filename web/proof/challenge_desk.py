@@ -19,6 +19,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,9 @@ class Challengee:
     session_id: str
     host: str
     send: Any                                  # async (message: dict) -> None
+    # the socket's write where it can take a frame built beforehand now, else None (then `send`): a roll
+    # call's fast path (web/sessions/direct_frames.py); None where the server offers none
+    frame_writer: Callable[[], Callable[[bytes], object] | None] | None = None
     node_id: str | None = None
     rtt_ms: float | None = None
     challenges: dict[str, Challenge] = field(default_factory=dict)
@@ -196,10 +200,11 @@ class ChallengeDesk:
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str]) -> Challengee:
+    def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str],
+              frame_writer: Callable[[], Callable[[bytes], object] | None] | None = None) -> Challengee:
         who = self.sessions.get(session_id)
         if who is None:
-            who = Challengee(session_id, host, send)
+            who = Challengee(session_id, host, send, frame_writer=frame_writer)
             self._per_host[host] += 1
         who.active = "sgemm" in answers
         # opting out (a hidden tab), or dropping the reference model, stops what depended on it at once

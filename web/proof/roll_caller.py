@@ -13,12 +13,14 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from web.map.stats import MICRO
 from web.proof.challenges import Challenge, new_challenge, new_llm_challenge
 from web.proof.gpu_challenges import new_gpu_challenge
 from web.proof.rollcall import Proof, RollCall, due, on_time, shown, stop_after_s, work_s
+from web.sessions.direct_frames import text_frame
 from web.store import Store
 
 if TYPE_CHECKING:
@@ -231,17 +233,37 @@ class RollCaller:
         The spread matters beyond fairness: each answer is timed from its own send, so a machine whose
         identities were sent s apart has the deadline plus s to answer them all (at most (deadline + s) /
         target of itself). Sessions of one address go back to back, so a machine behind one address gets its
-        challenges within a few sends of each other (docs/protocol.md)."""
+        challenges within a few sends of each other (docs/protocol.md); a socket that cannot take a frame at
+        the moment (closing, or its writes paused) goes after the others, through ASGI."""
         if not planned:
             return None
         planned = sorted(planned, key=lambda p: p[0].host)  # stable: one address's sessions together
-        texts = [json.dumps(ch.message(self.config)) for _, ch in planned]  # encoded before the first send
-        first = time.perf_counter()
-        for (who, ch), text in zip(planned, texts, strict=True):
-            ch.sent_at = time.perf_counter()  # each answer is timed from its own send
+        # Encoded before the first send, and where the server lets us (web/sessions/direct_frames.py) framed, with
+        # each socket's write: those go first, straight to the sockets, with nothing awaited until the last is
+        # written (so none can change state in between, and no sweep sees a challenge not yet sent); the rest
+        # through ASGI after them (a socket closing, or paused by flow control)
+        direct: list[tuple[Challenge, Callable[[bytes], object], bytes]] = []
+        through_asgi: list[tuple[Challengee, Challenge, str]] = []
+        for who, ch in planned:
+            text = json.dumps(ch.message(self.config))
+            write = who.frame_writer() if who.frame_writer is not None else None
+            if write is not None:
+                who.challenges[ch.id] = ch
+                direct.append((ch, write, text_frame(text)))
+            else:
+                through_asgi.append((who, ch, text))
+        clock = time.perf_counter
+        first = clock()
+        for ch, write, frame in direct:
+            ch.sent_at = clock()  # each answer is timed from its own send
+            write(frame)
+        for who, ch, text in through_asgi:
+            ch.sent_at = clock()
             who.challenges[ch.id] = ch
             await who.send(text)
-        return (time.perf_counter() - first) * 1000
+        spread_ms = (clock() - first) * 1000
+        self.desk.core.metrics.roll_call_sends.update({"direct": len(direct), "asgi": len(through_asgi)})
+        return spread_ms
 
     def on_result(self, ch: Challenge, passed: bool, code: str, tokens_checked: bool) -> str:
         """Records a roll-call answer as the node's proof (the desk has recorded its trust already); the

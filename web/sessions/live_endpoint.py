@@ -24,6 +24,7 @@ from web.api.problems import Problem
 from web.map.links import landmark_sample_due
 from web.proof.challenge_desk import Challengee
 from web.relay import Relay
+from web.sessions.direct_frames import SCOPE_KEY, FrameWriter
 from web.sessions.live import BW_PROBE_BYTES, MAX_ERRORS, LiveError, Session, parse_message
 from web.sessions.live_guard import Refusal, address_key, close_reason, screen
 
@@ -106,7 +107,9 @@ async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     host = conn.ws.client.host if conn.ws.client else "unknown"
     # without "sgemm" the session opts out (a browser tab that went hidden): no new challenges, though one in
     # flight must still be answered
-    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers))
+    writer = conn.ws.scope.get(SCOPE_KEY)  # the roll call's fast path, where the server offers it
+    conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers),
+                                                  writer.writer if isinstance(writer, FrameWriter) else None)
     conn.challengee.node_id = conn.session.node_id
     conn.challengee.rtt_ms = conn.session.rtt_median_ms
 
