@@ -21,7 +21,8 @@ Relay RSS is read from /proc. Targets: 10,000 concurrent sessions, heartbeat ack
 GiB. The generator shares the 2 cores with the relay: figures are lower bounds for the relay. With --processes
 N: `ce-bench relay --processes N --nats URL` (N processes on one port, SO_REUSEPORT, each a member of a cluster
 on one nats-server started here); CPU is the sum over the processes (nats-server's too, said apart), RSS the
-largest process's.
+largest process's. With --pin the relay (every process) runs on core 0 and the generator on core 1: a core each,
+as on a machine of its own, instead of both taking turns on both.
 """
 
 from __future__ import annotations
@@ -133,6 +134,14 @@ def family(pid: int) -> list[int]:
     return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
 
 
+def pin_process(pid: int, core: int) -> None:
+    """Every thread of a process and of its children on one core (threads started later inherit it)."""
+    for p in family(pid):
+        for tid in os.listdir(f"/proc/{p}/task"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), {core})
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process and its children so far (/proc/PID/stat fields 14 and 15)."""
     total = 0.0
@@ -222,7 +231,10 @@ def main() -> int:
                         help="seconds after a step's ramp before its hold (45: past the first link samples' wave)")
     parser.add_argument("--probe-sessions", type=int, default=100,
                         help="sessions that keep signing heartbeats to time the relay's acks")
+    parser.add_argument("--pin", action="store_true", help="the relay on core 0, the generator on core 1")
     args = parser.parse_args()
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--pin needs two cores (the relay on one, the generator on the other)")
     steps = [int(x) for x in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         nats = NatsProcess(Path(tmp) / "nats").start() if args.processes > 1 else None
@@ -230,6 +242,10 @@ def main() -> int:
         relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning", *ONE_ADDRESS,
                              *cluster)
         relay.start(timeout=60)
+        if args.pin:
+            assert relay.proc is not None
+            pin_process(relay.proc.pid, 0)
+            os.sched_setaffinity(0, {1})
         if nats:
             time.sleep(5)  # every process has heard the others' rounds: the profiles cite one of them
         try:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import multiprocessing
 import os
@@ -50,7 +49,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from bench.relay_load import ONE_ADDRESS  # noqa: E402
-from bench.relay_sessions import beats, cpu_s, family, known_everywhere, register_nodes  # noqa: E402
+from bench.relay_sessions import beats, cpu_s, known_everywhere, pin_process, register_nodes  # noqa: E402
 from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
@@ -130,14 +129,6 @@ async def _generate(url: str, keys: list[NodeKey], counts: Any, stop: Any) -> No
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def pin_process(pid: int, core: int) -> None:
-    """Every thread of a process and of its children on one core (threads started later inherit it)."""
-    for p in family(pid):
-        for tid in os.listdir(f"/proc/{p}/task"):
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                os.sched_setaffinity(int(tid), {core})
 
 
 def roll_calls(relay: RelayProcess, processes: int = 1) -> list[dict[str, Any]]:
