@@ -22,7 +22,10 @@ from websockets.streams import StreamReader
 from bench.relay_sessions import beats, register_nodes
 from common.keys import NodeKey
 from tests.relay_process import RelayProcess
+from tests.test_gpu_same_moment import Node, in_relay
 from tests.threaded import in_thread
+from web.proof.challenge_desk import ChallengeDesk
+from web.relay import Relay
 from web.sessions.direct_frames import FrameWriter, text_frame
 
 # a roll call every 3 s (rounds of 1 s); no solo challenges
@@ -48,9 +51,12 @@ def parsed(frame: bytes) -> Frame:
 def test_text_frames_parse_whole_at_every_length_encoding(size: int) -> None:
     """7-bit, 16-bit and 64-bit lengths (RFC 6455 5.2), each at its edges."""
     text = "x" * size
-    frame = parsed(text_frame(text))
+    raw = text_frame(text)
+    frame = parsed(raw)
     assert frame.opcode is Opcode.TEXT and frame.fin and not frame.rsv1
     assert bytes(frame.data).decode() == text
+    # the shortest length encoding (RFC 6455 5.2: "the minimal number of bytes"); the parser accepts longer ones
+    assert len(raw) - size == (2 if size < 126 else 4 if size < 65536 else 10)
 
 
 def test_a_text_frame_carries_its_utf8_bytes() -> None:
@@ -151,3 +157,53 @@ def test_a_real_relay_writes_roll_call_challenges_straight_to_the_sockets(tmp_pa
         assert sends.get("direct", 0) >= 3 and sends.get("asgi", 0) == 0, (sends, time.monotonic() - started)
     finally:
         relay.stop()
+
+
+# each roll call schedules its reference-model phase 32 s on; the loop ends long before it
+@pytest.mark.filterwarnings("ignore:coroutine 'RollCaller.run_llm' was never awaited")
+def test_a_roll_call_writes_direct_first_and_a_paused_socket_holds_up_nothing(tmp_path: Path) -> None:
+    """In-process, through the roll call's own send loop: sessions whose socket takes a frame now get it straight
+    away, first; the others go through ASGI after them, each on its own, so a client that stopped reading (its
+    socket paused, its ASGI send waiting) holds up neither the other sends nor the roll call. Every challenge is
+    registered and timed from its own send."""
+    box: dict[str, Any] = {}
+
+    async def script(relay: Relay, desk: ChallengeDesk) -> None:
+        release = asyncio.Event()
+        frames: dict[str, list[bytes]] = {}
+        plan = [("a1", "198.51.100.1", "direct"), ("a2", "198.51.100.1", "direct"), ("b1", "198.51.100.2", "paused"),
+                ("b2", "198.51.100.2", "direct"), ("c1", "198.51.100.3", "asgi")]
+        nodes: dict[str, Node] = {}
+        for name, host, path in plan:
+            node = nodes[name] = Node(desk, name, host, {"sgemm"}, None)
+            frames[name] = []
+            if path == "direct":
+                node.who.frame_writer = lambda got=frames[name]: got.append
+            elif path == "paused":
+                node.who.frame_writer = lambda: None  # the socket cannot take a frame now: ASGI, which waits
+
+                async def waits(message: Any, node: Node = node) -> None:
+                    await release.wait()
+                    node.sent.append(json.loads(message))
+
+                node.who.send = waits
+        call = await asyncio.wait_for(desk.roll.run(relay.beacons.latest or {}), 5)  # never held up by b1
+        box.update(nodes=nodes, frames=frames, call=call, sends=dict(desk.core.metrics.roll_call_sends),
+                   b1_sent_before_release=list(nodes["b1"].sent))
+        release.set()
+        await asyncio.sleep(0.05)
+        box["b1_sent"] = list(nodes["b1"].sent)
+
+    in_relay(tmp_path, script)
+    nodes, frames, call = box["nodes"], box["frames"], box["call"]
+    assert call.challenged == {n.node_id for n in nodes.values()}  # the precondition: all five asked
+    assert box["sends"] == {"direct": 3, "asgi": 2}
+    for name in ("a1", "a2", "b2"):
+        (frame,) = frames[name]
+        message = json.loads(bytes(parsed(frame).data))
+        assert message["id"] == nodes[name].challenge("sgemm").id and nodes[name].sent == []
+    assert [m["type"] for m in nodes["c1"].sent] == ["challenge"]
+    assert box["b1_sent_before_release"] == [] and [m["type"] for m in box["b1_sent"]] == ["challenge"]
+    sent_at = {name: nodes[name].challenge("sgemm").sent_at for name in nodes}
+    assert max(sent_at[n] for n in ("a1", "a2", "b2")) <= min(sent_at[n] for n in ("b1", "c1"))  # direct first
+    assert all(t > 0 for t in sent_at.values()) and call.send_spread_ms is not None

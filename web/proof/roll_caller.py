@@ -241,26 +241,32 @@ class RollCaller:
         # Encoded before the first send, and where the server lets us (web/sessions/direct_frames.py) framed, with
         # each socket's write: those go first, straight to the sockets, with nothing awaited until the last is
         # written (so none can change state in between, and no sweep sees a challenge not yet sent); the rest
-        # through ASGI after them (a socket closing, or paused by flow control)
-        direct: list[tuple[Challenge, Callable[[bytes], object], bytes]] = []
+        # through ASGI after them (a socket closing, or paused by flow control). Everything that can fail is
+        # done before the first challenge is registered: a roll call sends all of them or none.
+        direct: list[tuple[Challengee, Challenge, Callable[[bytes], object], bytes]] = []
         through_asgi: list[tuple[Challengee, Challenge, str]] = []
         for who, ch in planned:
             text = json.dumps(ch.message(self.config))
             write = who.frame_writer() if who.frame_writer is not None else None
             if write is not None:
-                who.challenges[ch.id] = ch
-                direct.append((ch, write, text_frame(text)))
+                direct.append((who, ch, write, text_frame(text)))
             else:
                 through_asgi.append((who, ch, text))
+        for who, ch, _, _ in direct:
+            who.challenges[ch.id] = ch
         clock = time.perf_counter
         first = clock()
-        for ch, write, frame in direct:
+        for _, ch, write, frame in direct:
             ch.sent_at = clock()  # each answer is timed from its own send
             write(frame)
+        # each ASGI send a task of its own: a client that stopped reading (its socket paused) waits alone, and
+        # holds up neither the other sends nor the roll call's next steps; its answer is timed from here all the same
         for who, ch, text in through_asgi:
             ch.sent_at = clock()
             who.challenges[ch.id] = ch
-            await who.send(text)
+            self._spawn(who.send(text))
+        if through_asgi:
+            await asyncio.sleep(0)  # the sends run now, in this order, as far as each socket lets them
         spread_ms = (clock() - first) * 1000
         self.desk.core.metrics.roll_call_sends.update({"direct": len(direct), "asgi": len(through_asgi)})
         return spread_ms
