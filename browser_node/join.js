@@ -6,6 +6,7 @@ import { probeGpu } from "./gpu.js";
 import { b64url, hex, nodeKey, unhex } from "./keys.js";
 import { loadCapsulePython } from "./python.js";
 import { challengeAnswerer } from "./challenge.js";
+import { followClaims } from "./claims.js";
 import { gpuChallengeAnswerer } from "./gpu-challenge.js";
 import { probeLandmarks } from "./landmarks.js";
 import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
@@ -162,6 +163,18 @@ async function measure(py, key, nodeId) {
   }
 }
 
+// Measures, signs and reports: the profile, the relay's answer and the compiled capsule.
+async function register(py, key, nodeId) {
+  const { args, module } = await measure(py, key, nodeId);
+  window.ceReports = { concurrent: args.concurrent, solo: args.solo }; // the raw ProbeReports (tests read them)
+  return phase("report", async () => {
+    const { profile, message } = py.profile(args);
+    profile.sig = b64url(await key.sign(unhex(message)));
+    py.check(profile);
+    return { profile, answer: await postProfile(profile), module };
+  });
+}
+
 function show(profile) {
   const cpu = profile.cpu, llm = profile.llm, st = profile.storage, g = profile.gpus[0];
   const f = (v, d = 1) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
@@ -207,14 +220,8 @@ async function join() {
     window.cePython = py; // the same capsule Python as servers; tests compare its bytes with CPython's
     const nodeId = py.nodeId(key.publicKey);
     setStatus(`node ${nodeId}${key.created ? " (new key)" : ""}: measuring…`);
-    const { args, module } = await measure(py, key, nodeId);
-    window.ceReports = { concurrent: args.concurrent, solo: args.solo }; // the raw ProbeReports (tests read them)
-    const result = await phase("report", async () => {
-      const { profile, message } = py.profile(args);
-      profile.sig = b64url(await key.sign(unhex(message)));
-      py.check(profile);
-      return { profile, answer: await postProfile(profile) };
-    });
+    const result = await register(py, key, nodeId);
+    const module = result.module;
     show(result.profile);
     window.ceProfile = result.profile;
     window.ceJoinSeconds = (performance.now() - t0) / 1000;
@@ -225,7 +232,17 @@ async function join() {
     setStatus(`joined: ${result.answer.status === 201 ? "a new node" : "profile updated"} in ${window.ceJoinSeconds.toFixed(1)} s; live while this tab is open`, "ok");
     await standing(result.profile);
     let acks = 0, passed = 0;
+    const follow = followClaims(py, result.profile, async () => {
+      hiddenDuringRun = false; // as at Join: a measurement the tab was hidden during stops and says so
+      phaseRows();
+      const again = await register(py, key, nodeId);
+      if (!again.answer.ok) throw new Error(again.answer.message);
+      show(again.profile);
+      window.ceProfile = again.profile;
+      return again.profile;
+    }, (line) => { $("claims").textContent = line; });
     liveSession(nodeId, key, py, (m) => {
+      follow(m);
       if (m.type === "ack" || m.type === "challenge_result") {
         if (m.type === "ack") acks++;
         if (m.type === "challenge_result" && m.passed) passed++;

@@ -84,6 +84,15 @@ def ce_gpu(call, args_json):
         out = policy.copy_bytes(a["limit_bytes"])
     return json.dumps(out)
 
+def ce_drift(results_json, claimed):
+    """Why the page should measure again now ("": no reason): capsule/claim_drift.py, as servers run it."""
+    from capsule.claim_drift import drift
+    return drift(json.loads(results_json), claimed) or ""
+
+def ce_drift_min_gap_s():
+    from capsule.claim_drift import DriftConfig
+    return DriftConfig().min_gap_s
+
 def ce_check(profile_json):
     parse(NodeProfile, json.loads(profile_json))
     return "ok"
@@ -113,5 +122,8 @@ export async function loadCapsulePython() {
     publicKeyHex: (nodeId) => fn("ce_public_key")(nodeId),
     check: (profile) => fn("ce_check")(JSON.stringify(profile)),
     gpu: (call, args = {}) => JSON.parse(fn("ce_gpu")(call, JSON.stringify(args))),
+    // claims that follow the machine (capsule/claim_drift.py), as servers run the rule
+    drift: (results, claimed) => fn("ce_drift")(JSON.stringify(results), claimed ?? 0) || null,
+    driftMinGapS: () => fn("ce_drift_min_gap_s")(),
   };
 }

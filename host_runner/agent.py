@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from capsule.claim_drift import DriftConfig, drift
 from common.keys import NodeKey
-from host_runner.claim_drift import DriftConfig, drift
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import (
@@ -197,7 +197,7 @@ class Agent:
 
     def _wait(self, wait_s: float) -> None:
         """Until the next scheduled measurement, or sooner when the roll calls keep showing another speed
-        than the claim (host_runner/claim_drift.py)."""
+        than the claim (capsule/claim_drift.py)."""
         until = time.monotonic() + wait_s
         while not self.stop.is_set() and (left := until - time.monotonic()) > 0:
             self.stop.wait(min(left, 5.0))

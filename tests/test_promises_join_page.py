@@ -116,11 +116,13 @@ def renderer_pids() -> list[int]:
 
 
 # A CPU quota held from outside (as cgroup cpu.max or a deep thermal throttle would): once told (a line on
-# stdin), after DELAY s, for DURATION s, the processes run 1 ms of every 10 (SIGSTOP/SIGCONT; a product takes
-# 5-20 ms here); always continued at the end. A process of its own, so its timing owes nothing to this one's.
+# stdin), after DELAY s, for DURATION s, the processes run RUN ms of every RUN + STOP (SIGSTOP/SIGCONT; a
+# product takes 5-20 ms here); always continued at the end. A process of its own, so its timing owes nothing to
+# this one's. Arguments: DELAY DURATION RUN_MS STOP_MS PID...
 THROTTLER = """
 import os, signal, sys, time
-delay, duration, pids = float(sys.argv[1]), float(sys.argv[2]), [int(p) for p in sys.argv[3:]]
+delay, duration, pids = float(sys.argv[1]), float(sys.argv[2]), [int(p) for p in sys.argv[5:]]
+run_s, stop_s = float(sys.argv[3]) / 1000, float(sys.argv[4]) / 1000
 def send(sig):
     for pid in pids:
         try:
@@ -139,9 +141,9 @@ end = time.monotonic() + duration
 try:
     while time.monotonic() < end:
         send(signal.SIGSTOP)
-        time.sleep(0.009)
+        time.sleep(stop_s)
         send(signal.SIGCONT)
-        time.sleep(0.001)
+        time.sleep(run_s)
 finally:
     send(signal.SIGCONT)
 print("done", flush=True)
@@ -198,7 +200,8 @@ def test_a_sharp_throughput_drop_is_flagged(browser: Browser, tmp_path: Path, ar
             context.add_init_script(WATCH_WHOLE_RUN)
             page.reload()
             page.wait_for_function(READY, timeout=60_000)
-            throttler = subprocess.Popen([sys.executable, "-c", THROTTLER, "0.15", "4.0", *map(str, renderer_pids())],
+            throttler = subprocess.Popen([sys.executable, "-c", THROTTLER, "0.15", "4.0", "1", "9",
+                                          *map(str, renderer_pids())],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert throttler.stdout is not None and throttler.stdout.readline() == "ready\n"
             page.click("#join")

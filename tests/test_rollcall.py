@@ -371,9 +371,9 @@ def test_the_countdown_names_the_next_eligible_moment_and_the_default_pace() -> 
 
 
 def test_a_node_measures_again_when_its_roll_calls_keep_showing_another_speed() -> None:
-    """host_runner/claim_drift.py: three roll-call SGEMM answers in a row below 0.8 of the claim, or above
+    """capsule/claim_drift.py: three roll-call SGEMM answers in a row below 0.8 of the claim, or above
     1.25x, start a measurement now; solo answers, other kinds, failures and mixed answers do not."""
-    from host_runner.claim_drift import drift
+    from capsule.claim_drift import drift
 
     def rc(observed: float | None, kind: str = "sgemm", roll_call: str | None = "r") -> dict[str, object]:
         return {"roll_call": roll_call, "kind": kind, "observed_gflops": observed}

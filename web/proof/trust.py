@@ -128,7 +128,7 @@ class Trust:
         # A claim beyond trust_flag_factor x the best observed is not believed (unverified), but not flagged:
         # a machine under load shows less than it measured idle, and load alone must never flag an honest node
         # or zero its count (issue 29). It counts what its roll calls show, capped at the claim, so an
-        # overstatement gains nothing; the node re-measures (host_runner/claim_drift.py).
+        # overstatement gains nothing; the node re-measures (capsule/claim_drift.py).
         # judged on the best of several CPU challenges: one busy moment is not a lie. (Counted on passes of
         # any kind, one slow first SGEMM answer and one reference-model answer flagged an honest node on busy
         # cores, CI 2026-12-04: "claims 51.9 GFLOP/s; the best the relay observed is 24.5".)

@@ -1,6 +1,7 @@
 """Claims that follow the machine: when a node's roll-call answers keep showing a different speed from its
-claim, it measures again and registers what it does now (host_runner/agent.py), instead of waiting for its
-next scheduled measurement (6 h).
+claim, it measures again and registers what it does now, instead of waiting for its next scheduled measurement
+(6 h): `ce-bench node` (host_runner/agent.py) and the join page (browser_node/claims.js, through Pyodide: the
+same rule in both).
 
 Below the claim, the roll calls still count what the node does (the relay counts the work it finished by the
 deadline), but its page and the claimed scoreboard would keep a figure the machine no longer reaches; above
