@@ -1,10 +1,12 @@
-"""What an honest browser node counts at roll calls (issue 29): the join page in Debian Chromium, quiet.
+"""What an honest browser node counts at roll calls (issue 29): the join page, quiet, in each engine from Debian.
 
-    .venv/bin/python bench/honest_count_browser.py [--roll-calls 50]
+    .venv/bin/python bench/honest_count_browser.py [--roll-calls 50] [--engine chromium|webkit|firefox]
 
 Method. One relay, as bench/honest_count.py runs it (a roll call every 10 s: beacon rounds every 1 s, target 1 s,
-deadline 1.25 s). One tab of headless Chromium (Playwright, /usr/bin/chromium) opens the join page
-(`?heavy_budget_s=0.5`: the disk and GPU phases are skipped, neither is judged here), presses Join and stays:
+deadline 1.25 s). One tab opens the join page (`?heavy_budget_s=0.5`: the disk and GPU phases are skipped,
+neither is judged here): headless Chromium through Playwright (/usr/bin/chromium), WebKitGTK's MiniBrowser
+through WebKitWebDriver and Selenium under Xvfb, or headless Firefox ESR through puppeteer-core
+(bench/firefox_stay.mjs), as tests/test_engines.py drives them. It presses Join and stays:
 its own measurement is its claim, and it answers every roll call in its Web Workers. After each roll call (2.5 s
 on, when the answer is judged) the relay's view of the node is read: the counted GFLOP/s if this roll call
 counted it, else 0, over the claim the relay held at that moment (the page measures again by itself when three
@@ -17,14 +19,20 @@ version with the figures. No same-run reference: the claim is the page's own fig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,9 +43,112 @@ from bench.honest_count import RELAY, cpu_model, node_view, pct, roll_call_ids  
 from tests.relay_process import RelayProcess  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
+WEBKIT_DRIVER = "/usr/bin/WebKitWebDriver"
+MINIBROWSER = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
+FIREFOX = "/usr/bin/firefox-esr"
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run"]
 JOINED = "() => /joined|stopped|refused|unreachable|busy/.test(document.getElementById('status').textContent)"
+
+
+@dataclass
+class Tab:
+    """A joined tab that stays on the page: its engine, its first profile and its claims line, when readable."""
+
+    engine: str
+    profile: dict[str, Any]
+    claims_line: Callable[[], str]
+
+
+@contextlib.contextmanager
+def chromium_tab(url: str) -> Iterator[Tab]:
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(url + "/?heavy_budget_s=0.5")
+            page.wait_for_function("() => !document.getElementById('join').disabled", timeout=60_000)
+            page.click("#join")
+            page.wait_for_function(JOINED, timeout=120_000)
+            status = page.locator("#status").inner_text()
+            if not status.startswith("joined"):
+                raise SystemExit(f"the join did not succeed: {status}")
+            yield Tab(f"Chromium {browser.version}", page.evaluate("() => window.ceProfile"),
+                      lambda: str(page.locator("#claims").inner_text()))
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def webkit_tab(url: str) -> Iterator[Tab]:
+    from selenium import webdriver
+    from selenium.webdriver.webkitgtk.options import Options
+    from selenium.webdriver.webkitgtk.service import Service
+
+    display = f":{90 + os.getpid() % 9}"
+    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1280x900x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        options = Options()
+        options.binary_location = MINIBROWSER
+        options.add_argument("--automation")
+        driver = webdriver.WebKitGTK(options=options, service=Service(executable_path=WEBKIT_DRIVER,
+                                                                      env={**os.environ, "DISPLAY": display}))
+        try:
+            driver.get(url + "/?heavy_budget_s=0.5")
+            deadline = time.monotonic() + 60
+            while not driver.find_element("id", "join").is_enabled():
+                if time.monotonic() > deadline:
+                    raise SystemExit("the Join button never became enabled")
+                time.sleep(0.2)
+            driver.find_element("id", "join").click()
+            deadline = time.monotonic() + 150
+            while not any(w in (status := driver.find_element("id", "status").text)
+                          for w in ("joined", "stopped", "refused", "unreachable", "busy")):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no join within 150 s: {status}")
+                time.sleep(0.5)
+            if not status.startswith("joined"):
+                raise SystemExit(f"the join did not succeed: {status}")
+            version = driver.capabilities.get("browserVersion", "?")
+            yield Tab(f"WebKitGTK MiniBrowser {version}", driver.execute_script("return window.ceProfile"),
+                      lambda: str(driver.find_element("id", "claims").text))
+        finally:
+            driver.quit()
+    finally:
+        xvfb.terminate()
+        xvfb.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def firefox_tab(url: str, stay_s: float) -> Iterator[Tab]:
+    import build
+    from tests.test_engines import PUPPETEER_VERSION
+
+    modules = build.CACHE / f"puppeteer-core-{PUPPETEER_VERSION}"
+    if not (modules / "node_modules" / "puppeteer-core").exists():
+        modules.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(modules),
+                        f"puppeteer-core@{PUPPETEER_VERSION}"], check=True, timeout=300,
+                       env={**os.environ, "PUPPETEER_SKIP_DOWNLOAD": "1"})
+    node = shutil.which("node")
+    if node is None:
+        raise SystemExit("node is needed to drive Firefox with puppeteer-core")
+    version = subprocess.run([FIREFOX, "--version"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as home:
+        proc = subprocess.Popen([node, str(ROOT / "bench" / "firefox_stay.mjs"), url, FIREFOX, str(stay_s)],
+                                stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "NODE_PATH": str(modules / "node_modules"), "HOME": home})
+        try:
+            assert proc.stdout is not None
+            outcome = json.loads(proc.stdout.readline() or "{}")
+            if not str(outcome.get("status", "")).startswith("joined"):
+                raise SystemExit(f"the join did not succeed: {outcome.get('status')}")
+            yield Tab(version, outcome["profile"], lambda: "(not read: the tab is driven from node)")
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[float]:
@@ -61,46 +172,38 @@ def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--roll-calls", type=int, default=50)
+    parser.add_argument("--engine", choices=("chromium", "webkit", "firefox"), default="chromium")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
+    with tempfile.TemporaryDirectory() as tmp:
         relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        tabs = {"chromium": lambda: chromium_tab(relay.url), "webkit": lambda: webkit_tab(relay.url),
+                "firefox": lambda: firefox_tab(relay.url, args.roll_calls * 20 + 120)}
         try:
-            print(f"{cpu_model()}, {os.cpu_count()} CPUs; Chromium {browser.version}; {time.strftime('%Y-%m-%d')}",
-                  flush=True)
-            page = browser.new_page()
-            page.goto(relay.url + "/?heavy_budget_s=0.5")
-            page.wait_for_function("() => !document.getElementById('join').disabled", timeout=60_000)
-            page.click("#join")
-            page.wait_for_function(JOINED, timeout=120_000)
-            status = page.locator("#status").inner_text()
-            if not status.startswith("joined"):
-                raise SystemExit(f"the join did not succeed: {status}")
-            node_id = page.evaluate("() => window.ceProfile.node_id")
-            first = page.evaluate("() => window.ceProfile.cpu.gflops_fp32")
-            cores = page.evaluate("() => window.ceProfile.cpu.cores")
-            time.sleep(10)  # hello, first solo challenges
-            ratios = counted_over_claim(relay, node_id, args.roll_calls)
-            if not ratios:
-                raise SystemExit("no roll call was seen")
-            print(f"quiet: first claim {first:.1f} GFLOP/s on {cores} worker(s); counted / claim over {len(ratios)} "
-                  f"roll calls: median {statistics.median(ratios):.3f}, 5th percentile {pct(ratios, 0.05):.3f}, min "
-                  f"{min(ratios):.3f}; at >= 0.9: {sum(r >= 0.9 for r in ratios)}/{len(ratios)} (false-reject rate "
-                  f"{sum(r < 0.9 for r in ratios) / len(ratios):.3f}); counted 0 at {sum(r == 0 for r in ratios)}",
-                  flush=True)
-            with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
-                events = json.loads(r.read())["events"]
-            claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
-            codes: dict[str, int] = {}
-            for e in events:
-                if e.get("event") == "challenge":
-                    what = f"{'roll call' if e.get('roll_call') else 'solo'} {e.get('kind')}: {e.get('code')}"
-                    codes[what] = codes.get(what, 0) + 1
-            print(f"claims registered, in order: {claims} (measured again {len(claims) - 1} time(s)); the page says: "
-                  f"{page.locator('#claims').inner_text()!r}; challenges by outcome: {codes}; trust at the end: "
-                  f"{node_view(relay, node_id)['trust']['status']}", flush=True)
+            with tabs[args.engine]() as tab:
+                print(f"{cpu_model()}, {os.cpu_count()} CPUs; {tab.engine}; {time.strftime('%Y-%m-%d')}", flush=True)
+                node_id, first = tab.profile["node_id"], float(tab.profile["cpu"]["gflops_fp32"])
+                cores = tab.profile["cpu"]["cores"]
+                time.sleep(10)  # hello, first solo challenges
+                ratios = counted_over_claim(relay, node_id, args.roll_calls)
+                if not ratios:
+                    raise SystemExit("no roll call was seen")
+                print(f"quiet: first claim {first:.1f} GFLOP/s on {cores} worker(s); counted / claim over "
+                      f"{len(ratios)} roll calls: median {statistics.median(ratios):.3f}, 5th percentile "
+                      f"{pct(ratios, 0.05):.3f}, min {min(ratios):.3f}; at >= 0.9: {sum(r >= 0.9 for r in ratios)}/"
+                      f"{len(ratios)} (false-reject rate {sum(r < 0.9 for r in ratios) / len(ratios):.3f}); counted 0 "
+                      f"at {sum(r == 0 for r in ratios)}", flush=True)
+                with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
+                    events = json.loads(r.read())["events"]
+                claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
+                codes: dict[str, int] = {}
+                for e in events:
+                    if e.get("event") == "challenge":
+                        what = f"{'roll call' if e.get('roll_call') else 'solo'} {e.get('kind')}: {e.get('code')}"
+                        codes[what] = codes.get(what, 0) + 1
+                print(f"claims registered, in order: {claims} (measured again {len(claims) - 1} time(s)); the page "
+                      f"says: {tab.claims_line()!r}; challenges by outcome: {codes}; trust at the end: "
+                      f"{node_view(relay, node_id)['trust']['status']}", flush=True)
         finally:
-            browser.close()
             relay.stop()
     return 0
 
