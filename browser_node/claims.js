@@ -13,6 +13,7 @@ export function followClaims(py, profile, remeasure, say) {
   return (m) => {
     if (m.type !== "challenge_result" || measuring) return;
     results.push(m);
+    if (results.length > 20) results.shift(); // the rule reads the last three; a tab may stay open for days
     const reason = py.drift(results, claimed);
     if (!reason || performance.now() - lastAt < minGapMs) return;
     measuring = true;
