@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +65,15 @@ def roll_call_ids(relay: RelayProcess) -> list[str]:
         return [c["id"] for c in json.loads(r.read())["roll_calls"]]
 
 
-def counted_per_roll_call(relay: RelayProcess, node_id: str, count: int,
-                          between: Any = None) -> list[tuple[float, float | None]]:
-    """(counted GFLOP/s, the reference measured just before) for the next `count` roll calls."""
+def after_each_roll_call(relay: RelayProcess, node_id: str, count: int,
+                         between: Any = None) -> Iterator[tuple[float, dict[str, Any], float | None]]:
+    """For the next `count` roll calls, once each answer is judged: the GFLOP/s it counted (0: the roll call did
+    not count the node: a late or failed answer drops its proof), the relay's view of the node then, and the
+    reference `between()` measured just before."""
     seen = set(roll_call_ids(relay))
-    out: list[tuple[float, float | None]] = []
     reference: float | None = None
-    deadline = time.monotonic() + count * 20 + 60
-    while len(out) < count and time.monotonic() < deadline:
+    deadline, done = time.monotonic() + count * 20 + 60, 0
+    while done < count and time.monotonic() < deadline:
         if between is not None and reference is None:
             reference = between()
         time.sleep(0.5)
@@ -80,12 +82,26 @@ def counted_per_roll_call(relay: RelayProcess, node_id: str, count: int,
             continue
         seen.update(fresh)
         time.sleep(2.5)  # the answer is in (deadline 1.25 s, opening and check)
-        trust = node_view(relay, node_id)["trust"]
-        counted = trust["counted"]
-        # counted at this roll call, or nothing (a late or failed answer drops the node's proof)
-        out.append((float(counted["cpu_gflops"]) if counted.get("roll_call") == fresh[0] else 0.0, reference))
-        reference = None
-    return out
+        view = node_view(relay, node_id)
+        counted = view["trust"]["counted"]
+        yield float(counted["cpu_gflops"]) if counted.get("roll_call") == fresh[0] else 0.0, view, reference
+        done, reference = done + 1, None
+
+
+def counted_per_roll_call(relay: RelayProcess, node_id: str, count: int,
+                          between: Any = None) -> list[tuple[float, float | None]]:
+    """(counted GFLOP/s, the reference measured just before) for the next `count` roll calls."""
+    return [(counted, reference) for counted, _, reference in after_each_roll_call(relay, node_id, count, between)]
+
+
+def challenges_by_outcome(events: list[dict[str, Any]]) -> dict[str, int]:
+    """A node's history events counted as "roll call|solo KIND: CODE"."""
+    codes: dict[str, int] = {}
+    for e in events:
+        if e.get("event") == "challenge":
+            what = f"{'roll call' if e.get('roll_call') else 'solo'} {e.get('kind')}: {e.get('code')}"
+            codes[what] = codes.get(what, 0) + 1
+    return codes
 
 
 def measured_profile(relay: RelayProcess, key: NodeKey, capsule: Path, scratch: Path, gpu: bool) -> dict[str, Any]:
@@ -165,11 +181,7 @@ def main() -> int:
                           f"{statistics.median(r for _, r in busy if r):.1f} GFLOP/s", flush=True)
                 with urllib.request.urlopen(f"{relay.url}/v1/nodes/{key.node_id}/history?limit=500", timeout=30) as r:
                     events = json.loads(r.read())["events"]
-                codes: dict[str, int] = {}
-                for e in events:
-                    if e.get("event") == "challenge":
-                        what = f"{'roll call' if e.get('roll_call') else 'solo'} {e.get('kind')}: {e.get('code')}"
-                        codes[what] = codes.get(what, 0) + 1
+                codes = challenges_by_outcome(events)
                 with urllib.request.urlopen(relay.url + "/v1/roll-calls?limit=1000", timeout=30) as r:
                     failures: dict[str, int] = {}
                     for c in json.loads(r.read())["roll_calls"]:

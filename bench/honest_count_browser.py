@@ -39,7 +39,14 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from bench.honest_count import RELAY, cpu_model, node_view, pct, roll_call_ids  # noqa: E402
+from bench.honest_count import (  # noqa: E402
+    RELAY,
+    after_each_roll_call,
+    challenges_by_outcome,
+    cpu_model,
+    node_view,
+    pct,
+)
 from tests.relay_process import RelayProcess  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -123,15 +130,9 @@ def webkit_tab(url: str) -> Iterator[Tab]:
 
 @contextlib.contextmanager
 def firefox_tab(url: str, stay_s: float) -> Iterator[Tab]:
-    import build
-    from tests.test_engines import PUPPETEER_VERSION
+    from tests.test_engines import puppeteer_modules
 
-    modules = build.CACHE / f"puppeteer-core-{PUPPETEER_VERSION}"
-    if not (modules / "node_modules" / "puppeteer-core").exists():
-        modules.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(modules),
-                        f"puppeteer-core@{PUPPETEER_VERSION}"], check=True, timeout=300,
-                       env={**os.environ, "PUPPETEER_SKIP_DOWNLOAD": "1"})
+    modules = puppeteer_modules()
     node = shutil.which("node")
     if node is None:
         raise SystemExit("node is needed to drive Firefox with puppeteer-core")
@@ -139,7 +140,7 @@ def firefox_tab(url: str, stay_s: float) -> Iterator[Tab]:
     with tempfile.TemporaryDirectory() as home:
         proc = subprocess.Popen([node, str(ROOT / "bench" / "firefox_stay.mjs"), url, FIREFOX, str(stay_s)],
                                 stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "NODE_PATH": str(modules / "node_modules"), "HOME": home})
+                                env={**os.environ, "NODE_PATH": str(modules), "HOME": home})
         try:
             assert proc.stdout is not None
             outcome = json.loads(proc.stdout.readline() or "{}")
@@ -152,21 +153,9 @@ def firefox_tab(url: str, stay_s: float) -> Iterator[Tab]:
 
 
 def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[float]:
-    """counted / the claim held then, for the next `count` roll calls (0 where one did not count the node)."""
-    seen = set(roll_call_ids(relay))
-    out: list[float] = []
-    deadline = time.monotonic() + count * 20 + 60
-    while len(out) < count and time.monotonic() < deadline:
-        time.sleep(0.5)
-        fresh = [c for c in roll_call_ids(relay) if c not in seen]
-        if not fresh:
-            continue
-        seen.update(fresh)
-        time.sleep(2.5)  # the answer is in (deadline 1.25 s, opening and check)
-        view = node_view(relay, node_id)
-        counted, claim = view["trust"]["counted"], float(view["profile"]["cpu"]["gflops_fp32"])
-        out.append(float(counted["cpu_gflops"]) / claim if counted.get("roll_call") == fresh[0] else 0.0)
-    return out
+    """counted / the claim held then (the page may have measured again), for the next `count` roll calls."""
+    return [counted / float(view["profile"]["cpu"]["gflops_fp32"])
+            for counted, view, _ in after_each_roll_call(relay, node_id, count)]
 
 
 def main() -> int:
@@ -195,11 +184,7 @@ def main() -> int:
                 with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
                     events = json.loads(r.read())["events"]
                 claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
-                codes: dict[str, int] = {}
-                for e in events:
-                    if e.get("event") == "challenge":
-                        what = f"{'roll call' if e.get('roll_call') else 'solo'} {e.get('kind')}: {e.get('code')}"
-                        codes[what] = codes.get(what, 0) + 1
+                codes = challenges_by_outcome(events)
                 print(f"claims registered, in order: {claims} (measured again {len(claims) - 1} time(s)); the page "
                       f"says: {tab.claims_line()!r}; challenges by outcome: {codes}; trust at the end: "
                       f"{node_view(relay, node_id)['trust']['status']}", flush=True)

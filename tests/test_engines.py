@@ -126,7 +126,12 @@ def test_join_in_webkitgtk(relay: RelayProcess, display: str) -> None:
 
 @pytest.fixture(scope="module")
 def puppeteer() -> Path:
-    """puppeteer-core from npm (pinned), installed once into the build cache; it drives the system Firefox."""
+    return puppeteer_modules()
+
+
+def puppeteer_modules() -> Path:
+    """puppeteer-core from npm (pinned), installed once into the build cache; it drives the system Firefox
+    (bench/honest_count_browser.py uses it too)."""
     import build
 
     target = build.CACHE / f"puppeteer-core-{PUPPETEER_VERSION}"
