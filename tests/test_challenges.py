@@ -323,9 +323,14 @@ def test_llm_stop_expects_each_token_to_cost_what_its_kind_did(monkeypatch: pyte
     60 ms for a start and 15 ms for the others: the node stops before a start that the last token's time alone
     would have begun (at 225 ms, ending at 285 ms), yet begins the last 15 ms token (at 210 ms), which a 60 ms
     expectation would not have."""
-    import time
+    import types
 
     from host_runner import challenge_answer
+
+    # A clock of the test's own: each token advances it by exactly its cost, so the stop is decided by the rule
+    # alone, not by how late a busy scheduler woke a sleep (CI once saw token 11 begun past the 260 ms deadline).
+    now_s = [1000.0]
+    clock = types.SimpleNamespace(perf_counter=lambda: now_s[0])
 
     class SlowStarts:
         made = 0
@@ -334,7 +339,7 @@ def test_llm_stop_expects_each_token_to_cost_what_its_kind_did(monkeypatch: pyte
             self.made = 0
 
         def llm_next(self) -> int:
-            time.sleep(0.06 if self.made % 12 == 0 else 0.015)
+            now_s[0] += 0.06 if self.made % 12 == 0 else 0.015
             self.made += 1
             return self.made
 
@@ -345,9 +350,14 @@ def test_llm_stop_expects_each_token_to_cost_what_its_kind_did(monkeypatch: pyte
     reactor = SlowStarts()
     pool: Any = Pool()
     monkeypatch.setattr(challenge_answer, "LLM_PER_SEQ", 12)
-    # token 11 is begun at ~210 ms and ends at ~225 (35 ms of room for a slow scheduler before 260); token 12
-    # would end at ~285 ms, however slow the ones before it were
-    assert challenge_answer.llm_answer(pool, 1, 100, time.perf_counter() + 0.26) == list(range(1, 13))
+    monkeypatch.setattr(challenge_answer, "time", clock)
+    # the 12th token is begun at 210 ms and ends at 225 (15 ms expected: fits before 260); the 13th, a sequence
+    # start, would begin at 225 and, expected at the 60 ms of the last start, end at 285: not begun. With the last
+    # token's 15 ms alone it would have been; with a 60 ms expectation for every token, the 12th would not.
+    assert challenge_answer.llm_answer(pool, 1, 100, now_s[0] + 0.26) == list(range(1, 13))
+    # the edge: a deadline at 284 ms still stops before the start, one just past 285 begins it (and no more)
+    assert challenge_answer.llm_answer(pool, 1, 100, now_s[0] + 0.284) == list(range(1, 13))
+    assert challenge_answer.llm_answer(pool, 1, 100, now_s[0] + 0.2851) == list(range(1, 14))
     assert challenge_answer.llm_answer(pool, 1, 14, None) == list(range(1, 15))
 
 
