@@ -57,11 +57,12 @@ class SgemmAnswer:
         self.products: list[int] = []
         self.leaf = LEAF_FORM  # what the leaves hash ("fp32" for a relay that does not offer it): the commit says
 
-    def commit(self, stop_at: float | None = None) -> list[str]:
+    def commit(self, stop_at: float | None = None, halt: threading.Event | None = None) -> list[str]:
         """Every product, or with `stop_at` (a time.perf_counter() moment: the roll call's deadline as the
         relay's `stop_after_s` places it on this clock) those that end before it: a product is begun only if
         the last one's time still fits before stop_at (the first always is). Work that would end after the
-        deadline counts nothing at the relay, so an instance stops there and commits what it finished."""
+        deadline counts nothing at the relay, so an instance stops there and commits what it finished.
+        `halt` set: no product is begun after the one in progress (the relay withdrew the challenge)."""
         pooled = self.pool.get(len(self.seeds))  # instantiated before the threads: not in the compute window
         reactors: list[Reactor | None] = [None] * len(self.seeds)
         roots: list[str] = [""] * len(self.seeds)
@@ -78,8 +79,8 @@ class SgemmAnswer:
                     raise CapsuleError(f"the capsule could not begin the challenge (code {rc}, n={self.n}, "
                                        f"reps={self.reps})")
                 done, last_s = 0, 0.0
-                while done < self.reps and (stop_at is None or done == 0
-                                            or time.perf_counter() + last_s <= stop_at):
+                while done < self.reps and (halt is None or done == 0 or not halt.is_set()) and (
+                        stop_at is None or done == 0 or time.perf_counter() + last_s <= stop_at):
                     started = time.perf_counter()
                     done = int(reactor.call("ce_challenge_next", 1))
                     if done < 0:
@@ -130,7 +131,8 @@ class SgemmAnswer:
         self.reactors = []
 
 
-def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None) -> list[int]:
+def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None,
+               halt: threading.Event | None = None) -> list[int]:
     """A reference-model challenge on the session's first pooled reactor: the token ids it commits to, as
     ce_llmc_begin(seed) then ce_llmc_next() give them (the relay recomputes any of them: ce_llmc_expected).
     All `decode` tokens, or with `stop_at` (a time.perf_counter() moment: the roll call's deadline as the
@@ -140,7 +142,8 @@ def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None)
     time (measured in wasmtime: 33-37 ms against 6.6 ms), so a token's expected time is that of its own kind:
     the last sequence start's (token 0's, first) or the last other token's (until there is one, token 0's: the
     safe side). With the last token's time alone a node would begin a sequence start with one token's time left
-    and end it ~30 ms past the deadline, where its work counts nothing."""
+    and end it ~30 ms past the deadline, where its work counts nothing. `halt` set: no token is begun after
+    the one in progress (the relay withdrew the challenge)."""
     if decode < 1:
         raise ValueError(f"a reference-model challenge decodes at least one token, not {decode}")
     reactor = pool.get(1)[0]
@@ -148,7 +151,7 @@ def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None)
     tokens: list[int] = []
     start_s = 0.0                # the last sequence start's time
     step_s: float | None = None  # the last other token's time
-    while len(tokens) < decode:
+    while len(tokens) < decode and not (tokens and halt is not None and halt.is_set()):
         at_start = len(tokens) % LLM_PER_SEQ == 0
         if stop_at is not None and tokens:
             expected_s = start_s if at_start or step_s is None else step_s

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from host_runner.peer_probe import PeerProber
 
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
-LlmAnswer = Callable[[ReactorPool, int, int, float | None], list[int]]  # (pool, seed, decode, stop_at) -> tokens
+# (pool, seed, decode, stop_at, halt) -> tokens
+LlmAnswer = Callable[[ReactorPool, int, int, float | None, threading.Event | None], list[int]]
 GpuAnswerFactory = Callable[[list[int], int, int, "GpuContext"], "GpuAnswer"]
 
 
@@ -101,6 +102,9 @@ class LiveSession:
         self.warm_llm = warm_llm
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._working = 0  # challenges being computed now (CPU, reference model or GPU)
+        # the challenges being computed, by id, each with the event that stops it: a roll call's challenge may
+        # withdraw a solo one ("withdraws"), whose work then stops after the product or token in progress
+        self._halts: dict[str, threading.Event] = {}
         self._working_lock = threading.Lock()
         self._send_lock = threading.Lock()
         # the relays to keep the session with, in order of preference: this one, then the others of its
@@ -230,7 +234,9 @@ class LiveSession:
             ws.send(json.dumps(message))
 
     def _challenge(self, ws: Any, message: dict[str, Any]) -> None:
-        """Computes and commits on a worker thread (seconds of work must not stall pongs and heartbeats)."""
+        """Computes and commits on a worker thread (seconds of work must not stall pongs and heartbeats); first
+        stops the solo challenges a roll call's challenge withdraws."""
+        self._withdraw(message.get("withdraws"))
         if self.reactor_wasm is None or self._pool is None:
             return
         if message.get("kind") == "llm":
@@ -252,14 +258,20 @@ class LiveSession:
         answer = self.answer_factory(self.reactor_wasm, seeds, n, reps, self._pool)
         answer.leaf = leaf_form_offered(message.get("leaves"))
         self._drop_answers("cpu")  # a new SGEMM challenge supersedes one the relay gave up on (not a GPU one)
+        halt = self._halt_for(cid)
 
         def work() -> None:
             try:
                 with self._at_work(), self._reactor_lock:
-                    roots = answer.commit(stop_at)
+                    roots = answer.commit(stop_at, halt)
+                    if halt.is_set():  # withdrawn: judged neither way, so nothing is sent; freed before the
+                        answer.release()  # roll call's answer takes the reactors (the lock is still held)
+                        return
             except CapsuleError as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return
+            finally:
+                self._halts.pop(cid, None)
             self._keep(cid, "cpu", answer)
             with contextlib.suppress(OSError, WebSocketException):  # the loop sees a closed socket and reconnects
                 self._send(ws, {"type": "commit", "id": cid, "roots": roots, "products": answer.products,
@@ -324,18 +336,38 @@ class LiveSession:
             return
         if pool is None:
             return
+        halt = self._halt_for(cid)
 
         def work() -> None:
             try:
                 with self._at_work(), self._reactor_lock:
-                    tokens = self.llm(pool, seed, decode, stop_at)
+                    tokens = self.llm(pool, seed, decode, stop_at, halt)
             except (CapsuleError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
+                return
+            finally:
+                self._halts.pop(cid, None)
+            if halt.is_set():  # withdrawn: nothing is sent
                 return
             with contextlib.suppress(OSError, WebSocketException):
                 self._send(ws, {"type": "commit", "id": cid, "tokens": tokens})
 
         threading.Thread(target=work, name="challenge-llm", daemon=True).start()
+
+    def _halt_for(self, cid: str) -> threading.Event:
+        """The event that stops challenge `cid`'s work (set by _withdraw)."""
+        halt = self._halts[cid] = threading.Event()
+        return halt
+
+    def _withdraw(self, ids: object) -> None:
+        """A roll call's challenge withdrew these solo challenges ("withdraws"): their work stops after the
+        product or token in progress, and frees the reactors for the roll call, which waits for them."""
+        if not isinstance(ids, list):
+            return
+        for cid in ids[:16]:
+            halt = self._halts.get(cid) if isinstance(cid, str) else None
+            if halt is not None:
+                halt.set()
 
     def _tell_result(self, message: dict[str, Any]) -> None:
         """A roll call's verdict, or a failed answer, as one line for the operator."""

@@ -377,7 +377,7 @@ def test_live_session_answers_llm_challenges_in_the_new_format(artifacts: Any) -
 
     asked: list[tuple[int, int, float | None]] = []
 
-    def fake(pool: ReactorPool, seed: int, decode: int, stop_at: float | None) -> list[int]:
+    def fake(pool: ReactorPool, seed: int, decode: int, stop_at: float | None, halt: Any) -> list[int]:
         asked.append((seed, decode, stop_at))
         return [7] * decode
 

@@ -237,7 +237,7 @@ def test_random_token_hashes_are_caught_before_they_count(tmp_path: Any, measure
         # claim, two SGEMM answers past the deadline flagged it first once, CI 2026-12-05)
         key = registered(relay, measured, gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
 
-        def random_tokens(pool: Any, seed: int, decode: int, stop_at: float | None) -> list[int]:
+        def random_tokens(pool: Any, seed: int, decode: int, stop_at: float | None, halt: Any) -> list[int]:
             rng = random.Random(seed)  # ids the model did not decode (each matches with chance 1 / LLM_VOCAB)
             return [rng.randrange(LLM_VOCAB) for _ in range(decode)]
 

@@ -112,7 +112,7 @@ class WrongInputs(SgemmAnswer):
 class WrongRoots(SgemmAnswer):
     """Commits to roots it did not compute: no opening can match them."""
 
-    def commit(self, stop_at: float | None = None) -> list[str]:
+    def commit(self, stop_at: float | None = None, halt: Any = None) -> list[str]:
         super().commit(stop_at)
         return [os.urandom(32).hex() for _ in self.seeds]
 
@@ -158,7 +158,7 @@ def test_wrong_token_hash_fails_and_flags(relay: RelayProcess, measured: dict[st
     of every answer, and the node is flagged."""
     key = registered(relay, measured)
     session = LiveSession(relay.url, key, reactor_wasm=artifacts.reactor,
-                          llm=lambda pool, seed, decode, stop_at: [0] * decode).start()
+                          llm=lambda pool, seed, decode, stop_at, halt: [0] * decode).start()
     try:
         wait_for(relay, key.node_id, lambda b: b["trust"]["status"] == "flagged", 60, "wrong token ids")
         # the status changes before the result frame reaches the node: wait for it (bounded)

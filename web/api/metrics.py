@@ -48,6 +48,7 @@ class Metrics:
         # roll-call challenges by how they left: written straight to the socket, or through ASGI
         # (web/sessions/direct_frames.py)
         self.roll_call_sends = Counter[str]()
+        self.withdrawn = 0  # solo challenges withdrawn for a roll call (web/proof/challenge_desk.py make_way)
 
     def render(self, gauges: dict[str, float]) -> str:
         lines = ["# HELP ce_relay_ingest_total Profiles posted, by result code.",
@@ -75,6 +76,9 @@ class Metrics:
         lines += ["# HELP ce_relay_roll_call_sends_total Roll-call challenges sent, by path: direct (a frame built "
                   "beforehand, written to the socket) or asgi.", "# TYPE ce_relay_roll_call_sends_total counter"]
         lines += [f'ce_relay_roll_call_sends_total{{path="{k}"}} {n}' for k, n in sorted(self.roll_call_sends.items())]
+        lines += ["# HELP ce_relay_challenges_withdrawn_total Solo challenges withdrawn, unjudged, so their node "
+                  "answers a roll call.", "# TYPE ce_relay_challenges_withdrawn_total counter",
+                  f"ce_relay_challenges_withdrawn_total {self.withdrawn}"]
         for name, value in gauges.items():
             lines += [f"# TYPE {name} gauge", f"{name} {value}"]
         return "\n".join(lines) + "\n"

@@ -66,6 +66,7 @@ class Challengee:
     active: bool = True                        # False: opted out of new challenges (hello without answers)
     answers: frozenset[str] = frozenset({"sgemm"})  # the kinds this client answers
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
+    withdrawn_ids: set[str] = field(default_factory=set)  # solo challenges a roll call withdrew (not judged)
 
     @property
     def answering(self) -> bool:
@@ -73,6 +74,23 @@ class Challengee:
         the relay is still checking (`checking`) is free: a relay slow to check (a flood, a busy machine) must
         not make an honest node miss the next roll call as "busy" (tests/test_flood.py, 2026-12-06)."""
         return any(not ch.checking for ch in self.challenges.values())
+
+    def make_way(self) -> list[str] | None:
+        """Makes way for a roll call: withdraws the solo challenges this node is still computing (no commitment
+        yet), unjudged, and returns their ids (the roll call's challenge names them, so the node stops that work
+        and answers the roll call with its whole machine); None while it owes an answer to a roll call (busy:
+        not asked now). A solo challenge whose commitment arrived stays: its opening comes from memory.
+        Without this a newcomer, or a node unverified under load, whose solo answer (seconds on a busy machine)
+        overlapped the roll call's moment was not asked and counted 0 (2 of 50 busy roll calls, 2026-12-07)."""
+        owed = [ch for ch in self.challenges.values() if not ch.checking]
+        if any(ch.roll_call is not None for ch in owed):
+            return None
+        ids = [ch.id for ch in owed if ch.roots is None and ch.tokens is None]
+        for cid in ids:
+            del self.challenges[cid]
+        if ids:
+            self.withdrawn_ids = {*list(self.withdrawn_ids)[-15:], *ids}
+        return ids
 
     def in_flight(self, cid: object) -> Challenge | None:
         """The challenge in flight with this id (a node's message names it; anything else: None)."""
@@ -292,6 +310,9 @@ class ChallengeDesk:
             return ch
         if isinstance(cid, str) and cid in who.done_ids:
             raise ChallengeError("replayed", "this challenge was already answered")
+        if isinstance(cid, str) and cid in who.withdrawn_ids:
+            who.withdrawn_ids.discard(cid)  # named once: a second answer to it is unknown
+            raise ChallengeError("withdrawn", "a roll call withdrew this challenge: not judged, counts neither way")
         raise ChallengeError("unknown_challenge", "no challenge with this id is in flight on this session")
 
     async def _answered(self, who: Challengee, message: dict[str, Any]) -> Challenge | None:
@@ -300,6 +321,9 @@ class ChallengeDesk:
         try:
             return self._current(who, message)
         except ChallengeError as exc:
+            if exc.code == "withdrawn":  # the relay's own doing: told, recorded nowhere
+                await who.send({"type": "withdrawn", "id": message.get("id"), "detail": exc.detail})
+                return None
             await self._fail(who, None, exc)
             return None
 

@@ -17,6 +17,10 @@ node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf,
                 "proof": [HEX64]}]}
 relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
                 "observed_gflops": X | null, "observed_tokens_per_sec": X | null}
+A roll call's challenge may carry "withdraws": [HEX, ...]: solo challenges the node had not committed yet,
+withdrawn by the relay so the node answers the roll call with its whole machine; it stops them and sends
+nothing for them. They are judged neither way; a commitment that names one anyway gets {"type": "withdrawn",
+"id": HEX, "detail": "..."}, once, and is recorded nowhere (web/proof/challenge_desk.py Challengee.make_way).
 
 A reference-model challenge (for sessions that answer "llm"): {"type": "challenge", "kind": "llm", "seeds":
 [HEX16], "decode": D, "stop_after_s": S (roll calls only), ...}; the node decodes greedily with the capsule's
@@ -91,6 +95,7 @@ class Challenge:
     stop_after_s: float | None = None  # at a roll call: the node commits what it finished by then
     products: list[int] | None = None  # sgemm, gpu: products committed per instance (None: not committed yet)
     leaf: str = "fp32"                 # sgemm: what each committed leaf hashes (cpu_challenge.LEAF_FORMS)
+    withdraws: list[str] = field(default_factory=list)  # solo challenges a roll call replaces (node stops them)
 
     @property
     def flops(self) -> float:
@@ -121,6 +126,8 @@ class Challenge:
                    "nonce": self.nonce, "commit_within_s": config.challenge_commit_timeout_s}
             if self.stop_after_s is not None:
                 llm["stop_after_s"] = round(self.stop_after_s, 4)
+            if self.withdraws:
+                llm["withdraws"] = self.withdraws
             return llm
         # "sgemm" and "gpu" share the message (web/gpu_challenges.gpu_message)
         body = {"type": "challenge", "id": self.id, "kind": self.kind, "n": self.n, "reps": self.reps,
@@ -130,6 +137,8 @@ class Challenge:
             body["stop_after_s"] = round(self.stop_after_s, 4)
         if self.kind == "sgemm":
             body["leaves"] = list(cpu_challenge.LEAF_FORMS)  # the leaf forms this relay checks (a node picks one)
+        if self.withdraws:
+            body["withdraws"] = self.withdraws
         return body
 
     def record(self) -> dict[str, Any]:

@@ -170,7 +170,8 @@ class RollCaller:
             # a GPU claim below the floor in all can count no GPU (web/proof/rollcall.py counted): not asked, so a
             # software adapter (lavapipe, SwiftShader: the CPU itself) never takes the cores of the SGEMM answer
             gpu = (claim.claimed_gpu_tflops or 0.0) >= self.config.gpu_floor_tflops and "gpu" in who.answers
-            if who.answering:  # still answering an earlier challenge: not asked, counts nothing now
+            withdrawn = who.make_way()
+            if withdrawn is None:  # still answering an earlier roll call: not asked, counts nothing now
                 call.failed[node_id] = "busy"
                 if gpu:
                     call.gpu_failed[node_id] = "busy"
@@ -180,7 +181,8 @@ class RollCaller:
             ch = new_challenge(node_id, claim.claimed_gflops or 0.0, claim.instances, claim.sgemm_n, beacon,
                                secrets.token_hex(16), who.rtt_ms, 0.0, self.config, work_s(self.config),
                                stop_after_s(self.config))
-            ch.roll_call, ch.issued_at = call.id, now_wall
+            ch.roll_call, ch.issued_at, ch.withdraws = call.id, now_wall, withdrawn
+            desk.core.metrics.withdrawn += len(withdrawn)
             planned.append((who, ch))
             if claim.claimed_gpu_tflops and not gpu:
                 desk._drop_proof(node_id, now_wall, "gpu")  # claims a GPU, does not answer for it now
@@ -212,7 +214,8 @@ class RollCaller:
             claim = desk.core.atlas.nodes[node_id].profile
             if not claim.claimed_tps:
                 continue
-            if "llm" not in who.answers or who.answering:
+            withdrawn = who.make_way() if "llm" in who.answers else None
+            if withdrawn is None:
                 desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
                 continue
             # asked even where the SGEMM answer missed its deadline: a wrong token is caught all the same
@@ -220,7 +223,8 @@ class RollCaller:
             # SGEMM challenge is: tokens for work_s at the claim, the node commits what it has at stop_after_s.
             ch = new_llm_challenge(node_id, claim.claimed_tps, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
                                    self.config, work_s(self.config), stop_after_s(self.config))
-            ch.roll_call, ch.issued_at = call.id, now_wall
+            ch.roll_call, ch.issued_at, ch.withdraws = call.id, now_wall, withdrawn
+            desk.core.metrics.withdrawn += len(withdrawn)
             planned.append((who, ch))
         call.llm_at = now_wall
         call.llm_challenged = {ch.node_id for _, ch in planned}
