@@ -148,8 +148,9 @@ def test_stopped_at_a_deadline_the_gpu_commits_the_products_it_finished(path: st
     roots = answer.commit(began + 0.15)
     took = time.perf_counter() - began
     k = answer.products[0]
+    # it stopped: fewer products than given (the proof that does not hang on how late a busy scheduler ran it)
     assert answer.products == [k, k] and 1 <= k < reps, answer.products
-    assert took < 0.15 + 0.5, took  # it stopped (all 400 x 2 products take seconds here)
+    assert took < 5.0, took  # (and not stuck)
     for i in range(2):
         rows = [row.tobytes() for t in range(k) for row in answer.product(i, t)]
         assert roots[i] == cc.merkle_root(rows).hex()

@@ -147,8 +147,11 @@ def bystander(relay: RelayProcess) -> Iterator[LiveSession]:
         return float(status["last_seen"])
 
     seen = last_seen()
-    time.sleep(1.2)  # two ping intervals: its pongs keep it live
-    assert last_seen() > seen and session.acks >= 1 and not session.errors, session.errors
+    deadline = time.monotonic() + 10  # pings every 0.5 s: its pongs keep it live (waited for, not slept on)
+    while last_seen() <= seen:
+        assert time.monotonic() < deadline, "the bystander's pongs stopped keeping it live"
+        time.sleep(0.1)
+    assert session.acks >= 1 and not session.errors, session.errors
     session.stop()
 
 

@@ -155,11 +155,13 @@ SESSIONS = 120
 WINDOW_S = 6.0
 
 
-async def probe_budget_run(url: str, keys: list[NodeKey], t_measure: float) -> tuple[list[float], int]:
+async def probe_budget_run(url: str, keys: list[NodeKey], t_measure: float) -> tuple[list[float], int, float]:
     """Live sessions, connected over one second (as sessions of real nodes arrive at random times, their pings
     are spread over the interval), that answer every ping and acknowledge every probe at once (so each wants
     the next probe at its next ping: 120 a second against the budget's ~30). Returns the arrival times
-    of probes within [t_measure, t_measure + WINDOW_S) and the number of sessions that ever got one."""
+    of probes within [t_measure, t_measure + WINDOW_S), the number of sessions that ever got one, and the
+    longest stall of this loop in the window in seconds (frames that waited in the socket meanwhile are stamped
+    together when it runs again: the bounds allow for that many probes at the budget's rate)."""
     arrivals: list[float] = []
     probed: set[int] = set()
     ws_url = url.replace("http://", "ws://") + "/v1/live"
@@ -188,8 +190,20 @@ async def probe_budget_run(url: str, keys: list[NodeKey], t_measure: float) -> t
                     if message["type"] == "ping":
                         await ws.send(json.dumps({"type": "pong", "id": message["id"]}))
 
-    await asyncio.gather(*(session(i, k) for i, k in enumerate(keys)))
-    return arrivals, len(probed)
+    stall_s = 0.0
+
+    async def ticker() -> None:
+        nonlocal stall_s
+        last = time.monotonic()
+        while last < end:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            if now >= t_measure:
+                stall_s = max(stall_s, now - last - 0.01)
+            last = now
+
+    await asyncio.gather(ticker(), *(session(i, k) for i, k in enumerate(keys)))
+    return arrivals, len(probed), stall_s
 
 
 @pytest.mark.timed  # the budget is judged in a timed window (tests/scheduling.py)
@@ -211,13 +225,16 @@ def test_relay_wide_bandwidth_probe_budget_holds_with_many_sessions(tmp_path: Pa
             assert relay.post("/v1/profiles", profile)[0] == 201
             keys.append(key)
         t_measure = time.monotonic() + 3.0  # every session is connected and past its first probe chance by then
-        arrivals, probed = in_thread(asyncio.run, probe_budget_run(relay.url, keys, t_measure))
+        arrivals, probed, stall_s = in_thread(asyncio.run, probe_budget_run(relay.url, keys, t_measure))
     allowed = 1 + budget_per_s * WINDOW_S
-    assert len(arrivals) <= allowed + 3, (len(arrivals), allowed)  # +3: probes in flight at the window's edges
+    # +3: probes in flight at the window's edges; and those that waited out this loop's longest stall (a relay
+    # without the budget sends ~120/s: 720 against ~184 here, far beyond any stall's allowance)
+    slack = 3 + budget_per_s * stall_s
+    assert len(arrivals) <= allowed + slack, (len(arrivals), allowed, stall_s)
     assert len(arrivals) >= 0.6 * budget_per_s * WINDOW_S, (len(arrivals), allowed)  # the budget was reached
     assert probed >= 10, probed  # many sessions shared it (not one session probed over and over)
     per_second = [sum(1 for t in arrivals if t_measure + s <= t < t_measure + s + 1) for s in range(int(WINDOW_S))]
-    assert max(per_second) <= budget_per_s + 4, per_second  # spread over the window, not bunched
+    assert max(per_second) <= budget_per_s + 1 + slack, (per_second, stall_s)  # spread over the window, not bunched
 
 
 async def nats_publish(url: str, envelopes: list[bytes], kv_puts: dict[str, bytes]) -> None:

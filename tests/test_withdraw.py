@@ -133,8 +133,8 @@ def test_a_withdrawn_solo_answer_stops_and_the_roll_call_is_answered_by_its_dead
         artifacts: Any, kind: str) -> None:
     """The server node with the real capsule: a solo challenge of ~20 s or more is withdrawn by a roll call's
     challenge 0.3 s in; the solo work stops after the product or token in progress and nothing is sent for it,
-    and the roll call's answer is committed within its stop_after_s (1 s) plus a product's time and the
-    scheduler's (3 s in all here), where without the withdrawal it would wait for the solo work to end."""
+    and the roll call's answer is committed by its own stop_after_s (1 s; fewer products or tokens than asked),
+    where without the withdrawal it would wait for the solo work to end."""
     session = LiveSession("http://127.0.0.1:9", NodeKey.generate(), reactor_wasm=artifacts.reactor)
     ws = Ws()
     common = {"type": "challenge", "beacon_round": 7, "nonce": "cd" * 16, "commit_within_s": 60.0}
@@ -153,7 +153,14 @@ def test_a_withdrawn_solo_answer_stops_and_the_roll_call_is_answered_by_its_dead
     session._challenge(ws, {**roll, "withdraws": ["solo"]})
     committed_at = wait_for_commit(ws, "roll", SOLO_S)
     assert committed_at is not None, "the roll call's answer never came"
-    assert committed_at - sent_at <= 3.0, f"the roll call's answer took {committed_at - sent_at:.2f} s"
+    # what this catches is a wait behind >= SOLO_S of solo work; the bound leaves room for a test run at nice 19
+    # beside a roll call (tests/scheduling.py), and the answer stopped by its own deadline, not by running out
+    assert committed_at - sent_at <= SOLO_S / 2, f"the roll call's answer took {committed_at - sent_at:.2f} s"
+    (roll_commit,) = [m for _, m in ws.sent if m.get("id") == "roll"]
+    if kind == "sgemm":
+        assert 1 <= roll_commit["products"][0] < 65536
+    else:
+        assert 1 <= len(roll_commit["tokens"]) < 8192
     time.sleep(0.5)
     assert "solo" not in ws.commits() and not session.answering  # stopped, and nothing sent for it
     assert session.errors == []
