@@ -125,6 +125,7 @@ def test_a_session_backs_off_while_its_relay_is_away(monkeypatch: Any, artifacts
     """The run loop uses the drawn, doubling waits (the pure function above) after each failed attempt to a
     closed port: the waits it asks for are recorded (a stop event that records and returns at once), so the
     test reads the loop's own choices, not how late a busy scheduler woke it."""
+    import random
     import threading
 
     import pytest
@@ -133,7 +134,7 @@ def test_a_session_backs_off_while_its_relay_is_away(monkeypatch: Any, artifacts
     from common.keys import NodeKey
 
     draws = iter([0.25, 0.9, 0.0, 0.6])
-    monkeypatch.setattr(live_client.random, "random", lambda: next(draws))
+    monkeypatch.setattr(random, "random", lambda: next(draws))  # (live_client draws with random.random)
 
     class RecordedStop(threading.Event):
         def __init__(self) -> None:
