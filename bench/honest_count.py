@@ -187,7 +187,11 @@ def main() -> int:
                     for c in json.loads(r.read())["roll_calls"]:
                         for code in c["failure_codes"]:
                             failures[code] = failures.get(code, 0) + 1
-                print(f"the node's challenges by outcome: {codes}; roll calls naming each failure code: {failures}")
+                with urllib.request.urlopen(relay.url + "/metrics", timeout=30) as r:
+                    withdrawn = next((line.split()[-1] for line in r.read().decode().splitlines()
+                                      if line.startswith("ce_relay_challenges_withdrawn_total ")), "?")
+                print(f"the node's challenges by outcome: {codes}; roll calls naming each failure code: {failures}; "
+                      f"solo challenges withdrawn for a roll call: {withdrawn}")
                 flagged = node_view(relay, key.node_id)["trust"]["status"] == "flagged"
                 print(f"trust at the end: {node_view(relay, key.node_id)['trust']['status']} (flagged: {flagged})")
             finally:

@@ -81,14 +81,9 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
     if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : kinds }));
   };
   const peers = () => { if (prober && named) send({ type: "peers", transports: document.hidden ? [] : ["webrtc"] }); };
-  // solo challenges a roll call withdrew ("withdraws": judged neither way). A worker cannot be stopped inside
-  // its product loop, so the work in progress runs out and the roll call's answer waits for it; only the
-  // answer is not sent (a server node stops at once: host_runner/live_client.py)
-  const withdrawn = new Set();
   const answer = async (work) => {
     try {
       const reply = await work();
-      if (withdrawn.delete(reply.id)) { openers.delete(reply.id); return; }
       if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(reply));
     } catch (err) {
       onEvent({ type: "error", code: "challenge", detail: err.message });
@@ -127,7 +122,6 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         openers.set(m.id, gpuAnswerer);
         answer(() => gpuAnswerer.commit(m));
       } else if (m.type === "challenge" && m.kind !== "gpu" && answerer && !document.hidden) {
-        for (const id of Array.isArray(m.withdraws) ? m.withdraws.slice(0, 16) : []) if (openers.has(id)) withdrawn.add(id);
         openers.set(m.id, answerer);
         answer(() => answerer.commit(m));
       } else if (m.type === "open" && openers.has(m.id)) answer(() => openers.get(m.id).open(m));

@@ -402,7 +402,7 @@ class LiveSession:
         """Says hello again on the current connection: fewer answers opt out of those challenges (a hidden
         tab sends none)."""
         if self._ws is not None:
-            self._send(self._ws, {"type": "hello", "answers": answers})
+            self._send(self._ws, {"type": "hello", "answers": answers, "withdrawable": True})
 
     def _keep(self, cid: str, kind: str, answer: _Answer) -> None:
         with self._answers_lock:
@@ -446,8 +446,8 @@ class LiveSession:
             welcome = json.loads(ws.recv(timeout=10))
             self._welcomed_at = time.monotonic()
             self._learn_relays()
-            if self.reactor_wasm is not None:
-                self._send(ws, {"type": "hello", "answers": self.answers})
+            if self.reactor_wasm is not None:  # withdrawable: it stops a solo challenge a roll call withdraws
+                self._send(ws, {"type": "hello", "answers": self.answers, "withdrawable": True})
             interval = float(welcome["heartbeat_interval_s"])
             # "pongs": one signed heartbeat binds the session, the pongs keep it live (web/config.py
             # liveness_by_pongs); otherwise a heartbeat every interval / 2

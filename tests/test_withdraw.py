@@ -26,22 +26,27 @@ pytestmark = pytest.mark.filterwarnings("ignore:coroutine 'RollCaller.run_llm' w
 
 
 def test_a_roll_call_withdraws_solo_work_and_judges_it_neither_way(tmp_path: Path) -> None:
-    """Three nodes at a roll call's moment: one computing a solo challenge (asked, the solo one withdrawn and
-    named in its roll-call challenge), one whose solo commitment is in and owes only the opening from memory
-    (asked, its solo challenge left to finish), one still owing an earlier roll call's answer (busy, as before).
-    A commitment that names the withdrawn challenge is told so and recorded nowhere, once; a second one is an
+    """Four sessions at a roll call's moment: a server node computing a solo challenge (asked, the solo one
+    withdrawn and named in its roll-call challenge); one whose solo commitment is in and owes only the opening
+    from memory (asked, its solo challenge left to finish); one still owing an earlier roll call's answer (busy,
+    as before); and a client that cannot stop its work (a browser, an older node: no "withdrawable" in its
+    hello) computing a solo challenge (busy, as before: its roll-call answer would wait behind the solo one). A
+    commitment that names the withdrawn challenge is told so and recorded nowhere, once; a second one is an
     unknown challenge, as any reply naming nothing in flight is."""
     box: dict[str, Any] = {}
 
     async def script(relay: Relay, desk: ChallengeDesk) -> None:
         owing = Node(desk, "s3", "198.51.100.3", {"sgemm"}, None)
+        owing.who.withdrawable = True
         await desk.roll.run(relay.beacons.latest or {})  # s3 is asked and never answers
         computing = Node(desk, "s1", "198.51.100.1", {"sgemm"}, None)
         committed = Node(desk, "s2", "198.51.100.2", {"sgemm"}, None)
-        for node in (computing, committed):
+        browser = Node(desk, "s4", "198.51.100.4", {"sgemm"}, None)
+        computing.who.withdrawable = committed.who.withdrawable = True
+        for node in (computing, committed, browser):
             await desk._challenge_host(node.who.host, [node.who], time.time())  # a solo challenge each
-        solo = {n.who.session_id: n.challenge("sgemm") for n in (computing, committed)}
-        assert all(ch.roll_call is None for ch in solo.values())  # the precondition: both are solo challenges
+        solo = {n.who.session_id: n.challenge("sgemm") for n in (computing, committed, browser)}
+        assert all(ch.roll_call is None for ch in solo.values())  # the precondition: all are solo challenges
         solo["s2"].roots = [b"\0" * 32]  # its commitment arrived; the relay sent the rows to open
         history_before = relay.store.history(computing.node_id, 100)
         await relay.issue_beacon()
@@ -52,18 +57,19 @@ def test_a_roll_call_withdraws_solo_work_and_judges_it_neither_way(tmp_path: Pat
         box["trust"] = None if trust is None else (trust.passes_total, trust.failures_total)
         with pytest.raises(LiveError) as again:
             await desk.on_commit(computing.who, {"type": "commit", "id": solo["s1"].id, "roots": ["00" * 32]})
-        box.update(nodes=(computing, committed, owing), solo=solo, call=call, again=again.value.code,
+        box.update(nodes=(computing, committed, owing, browser), solo=solo, call=call, again=again.value.code,
                    history=(history_before, history_after), withdrawn=desk.core.metrics.withdrawn)
 
     in_relay(tmp_path, script)
-    (computing, committed, owing), solo, call = box["nodes"], box["solo"], box["call"]
+    (computing, committed, owing, browser), solo, call = box["nodes"], box["solo"], box["call"]
     assert call.challenged == {computing.node_id, committed.node_id}
-    assert call.failed == {owing.node_id: "busy"}
+    assert call.failed == {owing.node_id: "busy", browser.node_id: "busy"}
     roll_msgs = [m for m in computing.sent if m["type"] == "challenge" and "stop_after_s" in m]
     assert [m.get("withdraws") for m in roll_msgs] == [[solo["s1"].id]]
     assert solo["s1"].id not in computing.who.challenges  # not owed, never timed out as late
     assert solo["s2"].id in committed.who.challenges  # its opening still counts
-    assert all("withdraws" not in m for m in committed.sent)
+    assert solo["s4"].id in browser.who.challenges  # still owed by the client that cannot stop
+    assert all("withdraws" not in m for m in committed.sent + browser.sent)
     assert box["withdrawn"] == 1
     assert computing.sent[-1] == {  # told, without an error counted against the session (no LiveError)
         "type": "withdrawn", "id": solo["s1"].id,
@@ -74,30 +80,49 @@ def test_a_roll_call_withdraws_solo_work_and_judges_it_neither_way(tmp_path: Pat
     assert box["again"] == "unknown_challenge"
 
 
-def test_the_withdrawn_ids_are_the_relays_not_the_nodes(tmp_path: Path) -> None:
-    """The cheater's side: a node cannot make a challenge withdrawn. Naming its own failing solo challenge in a
-    message does nothing (only the relay's roll call withdraws), and at a roll call a challenge of a *roll call*
-    is never withdrawn (one that owes it is busy: asked nothing, counted 0), so the roll call's own check is
-    never dodged."""
+def test_the_reference_model_phase_withdraws_solo_work_too(tmp_path: Path) -> None:
+    """32 s after the SGEMM phase the roll call asks for tokens: a server node computing a solo challenge then
+    (one begun after its roll-call answer) is asked too, the solo one withdrawn, instead of losing its tokens/s
+    until the next roll call."""
+    box: dict[str, Any] = {}
+
+    async def script(relay: Relay, desk: ChallengeDesk) -> None:
+        node = Node(desk, "s1", "198.51.100.1", {"sgemm", "llm"}, None)
+        node.who.withdrawable = True
+        call = await desk.roll.run(relay.beacons.latest or {})
+        node.who.challenges.clear()  # its SGEMM answer came in and was judged
+        await desk._challenge_host(node.who.host, [node.who], time.time())
+        (solo,) = node.who.challenges.values()
+        assert desk.core.atlas.nodes[node.node_id].profile.claimed_tps  # the precondition: it claims tokens/s
+        await desk.roll.run_llm(call, relay.beacons.latest or {})
+        box.update(node=node, solo=solo, call=call)
+
+    in_relay(tmp_path, script)
+    node, solo, call = box["node"], box["solo"], box["call"]
+    assert call.llm_challenged == {node.node_id}
+    (llm,) = [m for m in node.sent if m["type"] == "challenge" and m["kind"] == "llm" and "stop_after_s" in m]
+    assert llm["withdraws"] == [solo.id] and solo.id not in node.who.challenges
+
+
+def test_a_roll_calls_own_challenge_is_never_withdrawn(tmp_path: Path) -> None:
+    """The cheater's side: only a solo challenge is ever withdrawn. A node still owing a roll call's answer at the
+    next roll call is busy (asked nothing, counted 0), so no roll call's check is dodged by the next one."""
     box: dict[str, Any] = {}
 
     async def script(relay: Relay, desk: ChallengeDesk) -> None:
         node = Node(desk, "s1", "198.51.100.1", {"sgemm"}, None)
-        await desk._challenge_host(node.who.host, [node.who], time.time())
-        solo = node.challenge("sgemm")
-        # what a client can send: a commitment with garbage roots, as if it wished the challenge withdrawn
-        await desk.on_commit(node.who, {"type": "commit", "id": solo.id, "roots": ["zz"], "withdraws": [solo.id]})
-        box["solo_failed"] = [m for m in node.sent if m["type"] == "challenge_result"]
+        node.who.withdrawable = True
         first = await desk.roll.run(relay.beacons.latest or {})
+        owed = node.challenge("sgemm")
         await relay.issue_beacon()
         second = await desk.roll.run(relay.beacons.latest or {})
-        box.update(node=node, first=first, second=second)
+        box.update(node=node, first=first, second=second, owed=owed)
 
     in_relay(tmp_path, script)
     node = box["node"]
-    assert [(m["passed"], m["code"]) for m in box["solo_failed"]] == [(False, "malformed_commit")]
     assert box["first"].challenged == {node.node_id}
     assert box["second"].failed == {node.node_id: "busy"} and box["second"].challenged == set()
+    assert box["owed"].id in node.who.challenges and box["owed"].id not in node.who.withdrawn_ids
 
 
 class Ws:
@@ -147,8 +172,12 @@ def test_a_withdrawn_solo_answer_stops_and_the_roll_call_is_answered_by_its_dead
         solo = {**common, "id": "solo", "kind": "llm", "decode": 8192, "seeds": ["5eed" * 4]}  # ~6 ms a token
         roll = {**common, "id": "roll", "kind": "llm", "decode": 8192, "seeds": ["0123" * 4], "stop_after_s": 1.0}
     session._challenge(ws, solo)
+    deadline = time.monotonic() + 10
+    while not session.answering:  # the precondition: the solo work is under way (its thread may start late)
+        assert time.monotonic() < deadline, "the solo challenge's work never began"
+        time.sleep(0.01)
     time.sleep(0.3)
-    assert session.answering and ws.commits() == {}  # the precondition: the solo work is under way
+    assert session.answering and ws.commits() == {}
     sent_at = time.perf_counter()
     session._challenge(ws, {**roll, "withdraws": ["solo"]})
     committed_at = wait_for_commit(ws, "roll", SOLO_S)
@@ -164,3 +193,35 @@ def test_a_withdrawn_solo_answer_stops_and_the_roll_call_is_answered_by_its_dead
     time.sleep(0.5)
     assert "solo" not in ws.commits() and not session.answering  # stopped, and nothing sent for it
     assert session.errors == []
+
+
+def test_hello_says_withdrawable_as_true_or_false_and_nothing_else(tmp_path: Path) -> None:
+    """Bad input gets a clear answer: a hello whose "withdrawable" is not a boolean is refused as invalid_message
+    (naming the field), and the session goes on; the server node's own hello says true."""
+    from websockets.sync.client import connect
+
+    from tests.relay_process import RelayProcess
+
+    sent: list[dict[str, Any]] = []
+
+    class Recorder:
+        def send(self, text: str) -> None:
+            sent.append(json.loads(text))
+
+    session = LiveSession("http://127.0.0.1:9", NodeKey.generate())
+    session._ws = Recorder()
+    session.hello(["sgemm"])
+    assert sent == [{"type": "hello", "answers": ["sgemm"], "withdrawable": True}]
+    with RelayProcess(tmp_path / "relay") as relay, connect(relay.url.replace("http", "ws") + "/v1/live") as ws:
+        json.loads(ws.recv(timeout=10))  # welcome
+        for bad in ("yes", 1, None):  # (each costs one of the session's MAX_ERRORS, 5)
+            ws.send(json.dumps({"type": "hello", "answers": ["sgemm"], "withdrawable": bad}))
+            while (reply := json.loads(ws.recv(timeout=10)))["type"] == "ping":
+                pass
+            assert reply["type"] == "error" and reply["code"] == "invalid_message", reply
+            assert "withdrawable" in reply["detail"], reply
+        ws.send(json.dumps({"type": "hello", "answers": ["sgemm"], "withdrawable": True}))
+        ws.send(json.dumps({"type": "pong", "id": 424242}))  # answered: the session is still open and reading
+        while (reply := json.loads(ws.recv(timeout=10)))["type"] != "error":
+            pass
+        assert reply["code"] == "unknown_ping", reply

@@ -67,6 +67,9 @@ class Challengee:
     answers: frozenset[str] = frozenset({"sgemm"})  # the kinds this client answers
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
     withdrawn_ids: set[str] = field(default_factory=set)  # solo challenges a roll call withdrew (not judged)
+    # the client stops a solo challenge a roll call withdraws (hello "withdrawable": the server node); a browser
+    # cannot stop a worker inside its product loop, and an older client does not know the field
+    withdrawable: bool = False
 
     @property
     def answering(self) -> bool:
@@ -81,9 +84,11 @@ class Challengee:
         and answers the roll call with its whole machine); None while it owes an answer to a roll call (busy:
         not asked now). A solo challenge whose commitment arrived stays: its opening comes from memory.
         Without this a newcomer, or a node unverified under load, whose solo answer (seconds on a busy machine)
-        overlapped the roll call's moment was not asked and counted 0 (2 of 50 busy roll calls, 2026-12-07)."""
+        overlapped the roll call's moment was not asked and counted 0 (2 of 50 busy roll calls, 2026-12-07).
+        A client that cannot stop its work (not `withdrawable`) owing anything is busy, as before: asked now, it
+        would compute the roll call's answer behind the solo one, or (a browser's workers) mix the two."""
         owed = [ch for ch in self.challenges.values() if not ch.checking]
-        if any(ch.roll_call is not None for ch in owed):
+        if any(ch.roll_call is not None for ch in owed) or (owed and not self.withdrawable):
             return None
         ids = [ch.id for ch in owed if ch.roots is None and ch.tokens is None]
         for cid in ids:
@@ -219,12 +224,14 @@ class ChallengeDesk:
     # --- sessions ---------------------------------------------------------------------------------
 
     def hello(self, session_id: str, host: str, send: Any, answers: frozenset[str],
-              frame_writer: Callable[[], Callable[[bytes], object] | None] | None = None) -> Challengee:
+              frame_writer: Callable[[], Callable[[bytes], object] | None] | None = None,
+              withdrawable: bool = False) -> Challengee:
         who = self.sessions.get(session_id)
         if who is None:
             who = Challengee(session_id, host, send, frame_writer=frame_writer)
             self._per_host[host] += 1
         who.active = "sgemm" in answers
+        who.withdrawable = withdrawable
         # opting out (a hidden tab), or dropping the reference model, stops what depended on it at once
         if not who.active:
             self._drop_proof(who.node_id, time.time())

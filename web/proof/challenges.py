@@ -1,6 +1,6 @@
 """Challenges over the live session, as pure functions (time passed in; the arithmetic is capsule/challenge.py).
 
-node -> relay  {"type": "hello", "answers": ["sgemm"]}          the session opts in to challenges
+node -> relay  {"type": "hello", "answers": ["sgemm"], "withdrawable": true}   the session opts in to challenges
 relay -> node  {"type": "challenge", "id": HEX, "kind": "sgemm", "n": N, "reps": R, "seeds": [HEX16, ...],
                 "beacon_round": R, "nonce": HEX, "commit_within_s": S, "stop_after_s": D (roll calls only),
                 "leaves": ["high16", "fp32"]}   the leaf forms the relay checks (absent: an older relay, "fp32")
@@ -17,10 +17,12 @@ node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf,
                 "proof": [HEX64]}]}
 relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
                 "observed_gflops": X | null, "observed_tokens_per_sec": X | null}
-A roll call's challenge may carry "withdraws": [HEX, ...]: solo challenges the node had not committed yet,
-withdrawn by the relay so the node answers the roll call with its whole machine; it stops them and sends
-nothing for them. They are judged neither way; a commitment that names one anyway gets {"type": "withdrawn",
-"id": HEX, "detail": "..."}, once, and is recorded nowhere (web/proof/challenge_desk.py Challengee.make_way).
+A roll call's challenge to a session whose hello said "withdrawable": true (it can stop its work: the server
+node) may carry "withdraws": [HEX, ...]: solo challenges the node had not committed yet, withdrawn by the relay
+so the node answers the roll call with its whole machine; it stops them and sends nothing for them (any other
+session owing an answer is not asked: `busy`). They are judged neither way; a commitment that names one anyway
+gets {"type": "withdrawn", "id": HEX, "detail": "..."}, once, and is recorded nowhere
+(web/proof/challenge_desk.py Challengee.make_way).
 
 A reference-model challenge (for sessions that answer "llm"): {"type": "challenge", "kind": "llm", "seeds":
 [HEX16], "decode": D, "stop_after_s": S (roll calls only), ...}; the node decodes greedily with the capsule's

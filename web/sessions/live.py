@@ -16,7 +16,8 @@ relay -> node  {"type": "rebenchmark", "reason": "..."}   when the relay wants a
 relay -> node  {"type": "error", "code": CODE, "detail": "..."}   after MAX_ERRORS, the relay closes (1008)
 relay closes   1009: a frame beyond the largest legitimate one; 1013: the source address sent more than its byte
                budget (web/sessions/live_guard.py); a session over its address's limits is refused with HTTP 429
-node -> relay  {"type": "hello", "answers": ["sgemm"]} ... challenges: web/proof/challenges.py has that protocol
+node -> relay  {"type": "hello", "answers": ["sgemm"], "withdrawable": true} ... challenges: web/proof/challenges.py
+               has that protocol ("withdrawable", optional: the client stops a challenge a roll call withdraws)
 node -> relay  {"type": "peers", "transports": ["webrtc"]} ... node-to-node probes: web/map/peer_probes.py
 node -> relay  {"type": "libp2p", "multiaddrs": [MULTIADDR]}   after a heartbeat: where the node's libp2p host
                                                         answers ping and identify, each ending in /p2p/NODE_ID

@@ -107,9 +107,13 @@ async def on_hello(conn: Connection, message: dict[str, Any]) -> None:
     host = conn.ws.client.host if conn.ws.client else "unknown"
     # without "sgemm" the session opts out (a browser tab that went hidden): no new challenges, though one in
     # flight must still be answered
+    withdrawable = message.get("withdrawable", False)
+    if not isinstance(withdrawable, bool):
+        raise LiveError("invalid_message", f"hello's withdrawable is true or false, not {withdrawable!r:.40}")
     writer = conn.ws.scope.get(SCOPE_KEY)  # the roll call's fast path, where the server offers it
     conn.challengee = conn.relay.challenges.hello(conn.session.session, host, conn.send, frozenset(answers),
-                                                  writer.writer if isinstance(writer, FrameWriter) else None)
+                                                  writer.writer if isinstance(writer, FrameWriter) else None,
+                                                  withdrawable)
     conn.challengee.node_id = conn.session.node_id
     conn.challengee.rtt_ms = conn.session.rtt_median_ms
 
