@@ -1,6 +1,7 @@
 """What an honest browser node counts at roll calls (issue 29): the join page, quiet, in each engine from Debian.
 
     .venv/bin/python bench/honest_count_browser.py [--roll-calls 50] [--engine chromium|webkit|firefox]
+                                                   [--busy-roll-calls 30]
 
 Method. One relay, as bench/honest_count.py runs it (a roll call every 10 s: beacon rounds every 1 s, target 1 s,
 deadline 1.25 s). One tab opens the join page (`?heavy_budget_s=0.5`: the disk and GPU phases are skipped,
@@ -14,6 +15,12 @@ roll calls in a row show below 0.8 or above 1.25x its claim: browser_node/claims
 percentile and the share of roll calls at >= 0.9 of the claim (the honest false-reject rate is the rest), how
 many times the page measured again, and the node's challenges by outcome; the CPU model and the browser's
 version with the figures. No same-run reference: the claim is the page's own figure.
+
+Busy (--busy-roll-calls N, after the quiet ones): a busy loop per core (nice 0, as bench/honest_count.py) starts
+and stays for N roll calls. Per roll call: counted over the claim the relay held then, so the roll calls before
+the page measured again show what it still did against its quiet claim, and those after it against its own
+figure under the same load (the reference: measured by the page in the same window). Prints how many counted 0,
+the roll call at which the new claim arrived, and the share at >= 0.8 after it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -46,6 +54,7 @@ from bench.honest_count import (  # noqa: E402
     cpu_model,
     node_view,
     pct,
+    spin,
 )
 from tests.relay_process import RelayProcess  # noqa: E402
 
@@ -158,15 +167,44 @@ def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[fl
             for counted, view, _ in after_each_roll_call(relay, node_id, count)]
 
 
+def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
+    """The busy part: a busy loop per core for `count` roll calls; counted over the claim held at each."""
+    spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(os.cpu_count() or 1)]
+    for s in spinners:
+        s.start()
+    try:
+        rows = [(counted, float(view["profile"]["cpu"]["gflops_fp32"]))
+                for counted, view, _ in after_each_roll_call(relay, node_id, count)]
+    finally:
+        for s in spinners:
+            s.terminate()
+    if not rows:
+        raise SystemExit("no busy roll call was seen")
+    first_claim = rows[0][1]
+    changed = next((i for i, (_, claim) in enumerate(rows) if claim != first_claim), None)
+    before = [c / claim for c, claim in (rows if changed is None else rows[:changed])]
+    after = [] if changed is None else [c / claim for c, claim in rows[changed:]]
+    print(f"busy (a busy loop per core) over {len(rows)} roll calls: counted 0 at {sum(c == 0 for c, _ in rows)}; "
+          f"counted / quiet claim {first_claim:.1f} before the page measured again: "
+          f"{[round(r, 2) for r in before]}", flush=True)
+    if changed is None:
+        print("busy: the page did not measure again", flush=True)
+    else:
+        print(f"busy: the new claim {rows[changed][1]:.1f} GFLOP/s held from roll call {changed + 1}; counted / it "
+              f"over {len(after)} roll calls: median {statistics.median(after):.3f}, min {min(after):.3f}; at >= 0.8: "
+              f"{sum(r >= 0.8 for r in after)}/{len(after)}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--roll-calls", type=int, default=50)
     parser.add_argument("--engine", choices=("chromium", "webkit", "firefox"), default="chromium")
+    parser.add_argument("--busy-roll-calls", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         relay = RelayProcess(Path(tmp) / "relay", *RELAY).start()
         tabs = {"chromium": lambda: chromium_tab(relay.url), "webkit": lambda: webkit_tab(relay.url),
-                "firefox": lambda: firefox_tab(relay.url, args.roll_calls * 20 + 120)}
+                "firefox": lambda: firefox_tab(relay.url, (args.roll_calls + args.busy_roll_calls) * 20 + 120)}
         try:
             with tabs[args.engine]() as tab:
                 print(f"{cpu_model()}, {os.cpu_count()} CPUs; {tab.engine}; {time.strftime('%Y-%m-%d')}", flush=True)
@@ -181,6 +219,8 @@ def main() -> int:
                       f"{pct(ratios, 0.05):.3f}, min {min(ratios):.3f}; at >= 0.9: {sum(r >= 0.9 for r in ratios)}/"
                       f"{len(ratios)} (false-reject rate {sum(r < 0.9 for r in ratios) / len(ratios):.3f}); counted 0 "
                       f"at {sum(r == 0 for r in ratios)}", flush=True)
+                if args.busy_roll_calls:
+                    busy_roll_calls(relay, node_id, args.busy_roll_calls)
                 with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
                     events = json.loads(r.read())["events"]
                 claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
