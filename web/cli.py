@@ -41,6 +41,8 @@ _TUNABLES: dict[str, tuple[str, Any, str]] = {
                               "calls (one at a time)"),
     "--roll-call-llm-offset-s": ("roll_call_llm_offset_s", click.FloatRange(0.1), "seconds from a roll call's "
                                  "SGEMM challenges to its reference-model challenges"),
+    "--roll-call-send-priority": ("roll_call_send_priority", click.IntRange(0, 99), "SCHED_FIFO priority of a "
+                                  "roll call's send loop where the OS allows it (root or CAP_SYS_NICE); 0: off"),
     "--roll-call-target-s": ("roll_call_target_s", click.FloatRange(0.05), "seconds of work a roll-call "
                              "challenge asks at the claimed speed"),
     "--link-refit-interval-s": ("link_refit_interval_s", click.FloatRange(0.1), "seconds between refits of "

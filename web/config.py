@@ -247,6 +247,8 @@ class RelayConfig:
     roll_call_llm_offset_s: float = 32.0   # > challenge_commit_timeout_s + challenge_open_timeout_s
     roll_call_min_gap_s: float = 100.0     # > the llm offset + its answers: one roll call at a time
     roll_calls_kept: int = 1000            # GET /v1/roll-calls, in memory and in the store
+    # the send loop's SCHED_FIFO priority where the OS allows it (web/sessions/send_priority.py); 0: off
+    roll_call_send_priority: int = 1
     # The relay's own event-loop lag never counts against a node (web/sessions/loop_lag.py: a task wakes every
     # loop_lag_interval_s, s, and records how late it woke). Where the longest stall during an answer's window
     # exceeds loop_lag_allowance_min_s (timer noise is ~1 ms), the answer's timeouts are extended by it, and a

@@ -21,6 +21,7 @@ from web.proof.challenges import Challenge, new_challenge, new_llm_challenge
 from web.proof.gpu_challenges import new_gpu_challenge
 from web.proof.rollcall import Proof, RollCall, due, on_time, shown, stop_after_s, work_s
 from web.sessions.direct_frames import text_frame
+from web.sessions.send_priority import realtime
 from web.store import Store
 
 if TYPE_CHECKING:
@@ -259,10 +260,11 @@ class RollCaller:
         for who, ch, _, _ in direct:
             who.challenges[ch.id] = ch
         clock = time.perf_counter
-        first = clock()
-        for _, ch, write, frame in direct:
-            ch.sent_at = clock()  # each answer is timed from its own send
-            write(frame)
+        with realtime(self.config.roll_call_send_priority):  # not preempted by the machine's other work
+            first = clock()
+            for _, ch, write, frame in direct:
+                ch.sent_at = clock()  # each answer is timed from its own send
+                write(frame)
         # each ASGI send a task of its own: a client that stopped reading (its socket paused) waits alone, and
         # holds up neither the other sends nor the roll call's next steps; its answer is timed from here all the same
         for who, ch, text in through_asgi:
