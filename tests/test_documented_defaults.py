@@ -40,6 +40,7 @@ DOCUMENTED: list[tuple[str, float, str, str]] = [
     ("transcript_llm_audit_fraction", 0.05, "docs/manual.md", "[--transcript-llm-audit-fraction 0.05]"),
     ("transcript_max_age_s", 60.0, "docs/protocol.md", "`transcript_max_age_s` = 60 s"),
     ("roll_call_llm_offset_s", 32.0, "docs/protocol.md", "32 s later"),
+    ("roll_call_send_priority", 1, "docs/manual.md", "[--roll-call-send-priority 1]"),
     ("loop_lag_interval_s", 0.05, "docs/protocol.md", "`loop_lag_interval_s` (50 ms)"),
     ("loop_lag_allowance_min_s", 0.05, "docs/protocol.md", "`loop_lag_allowance_min_s` (50 ms;"),
     ("loop_lag_allowance_max_s", 0.5, "docs/protocol.md", "`loop_lag_allowance_max_s` (0.5 s)"),
