@@ -6,6 +6,8 @@
 // {root (hex), products} and
 // {cmd: "open", row, maxProof} -> {values (base64 fp32 LE), proof: [hex]}; {cmd: "llm", seedLo, seedHi,
 // decode, stopAt} -> [token id, ...] (1 to decode of them); {cmd: "llmWarm"} -> null (makes the reference model).
+// A challenge or llm command may carry `halt`, an Int32Array over a SharedArrayBuffer: once the page sets it
+// (a roll call withdrew the challenge) no product or token is begun after the one in progress.
 
 let k = null; // the reactor's exports
 let log = [];
@@ -31,6 +33,7 @@ function run(args) {
   return { report: JSON.parse(text), log: log.join("") };
 }
 
+const halted = (m) => m.halt instanceof Int32Array && Atomics.load(m.halt, 0) !== 0;
 const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 
 let challengeN = 0; // the order of the product this worker committed to
@@ -44,7 +47,7 @@ function challenge(m) {
   if (rc !== 0) throw new Error(rc === 1 ? `out of memory for products of order ${m.n}` : `bad challenge size ${m.n} x ${m.reps}`);
   let done = 0;
   let lastMs = 0;
-  while (done < m.reps && (m.stopAt == null || done === 0 || Date.now() + lastMs <= m.stopAt)) {
+  while (done < m.reps && (m.stopAt == null || done === 0 || Date.now() + lastMs <= m.stopAt) && !(done > 0 && halted(m))) {
     const started = performance.now();
     done = k.ce_challenge_next(1);
     if (done < 0) throw new Error(`the capsule could not compute a product of order ${m.n}`);
@@ -89,6 +92,7 @@ function llm(m) {
     const atStart = tokens.length % LLM_PER_SEQ === 0;
     const expectedMs = atStart || stepMs === null ? startMs : stepMs;
     if (m.stopAt != null && tokens.length > 0 && Date.now() + expectedMs > m.stopAt) break;
+    if (tokens.length > 0 && halted(m)) break;
     const started = performance.now();
     const token = k.ce_llmc_next();
     if (token < 0) throw new Error("the capsule could not decode a reference-model token");

@@ -78,12 +78,18 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
   let named = false; // a heartbeat of this connection named the node (peer probes need it)
   const hello = () => {
     const kinds = ["sgemm", "llm", ...(gpuAnswerer ? ["gpu"] : [])];
-    if (answerer && ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : kinds }));
+    if (answerer && ws && ws.readyState === WebSocket.OPEN) {
+      ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : kinds, withdrawable: answerer.withdrawable === true }));
+    }
   };
   const peers = () => { if (prober && named) send({ type: "peers", transports: document.hidden ? [] : ["webrtc"] }); };
+  // solo challenges a roll call withdrew (its challenge names them in "withdraws"): their work stops after the
+  // product in progress (the answerer's halt) and nothing is sent for them; the relay judges them neither way
+  const withdrawn = new Set();
   const answer = async (work) => {
     try {
       const reply = await work();
+      if (withdrawn.delete(reply.id)) { openers.delete(reply.id); return; }
       if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(reply));
     } catch (err) {
       onEvent({ type: "error", code: "challenge", detail: err.message });
@@ -122,6 +128,9 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         openers.set(m.id, gpuAnswerer);
         answer(() => gpuAnswerer.commit(m));
       } else if (m.type === "challenge" && m.kind !== "gpu" && answerer && !document.hidden) {
+        const ids = (Array.isArray(m.withdraws) ? m.withdraws.slice(0, 16) : []).filter((id) => openers.get(id) === answerer);
+        ids.forEach((id) => withdrawn.add(id));
+        if (answerer.halt) answerer.halt(ids);
         openers.set(m.id, answerer);
         answer(() => answerer.commit(m));
       } else if (m.type === "open" && openers.has(m.id)) answer(() => openers.get(m.id).open(m));

@@ -1,12 +1,16 @@
 // Web Worker plumbing shared by the join page's measurement and the relay's challenges.
 
-// One request to a worker: resolves with its result, rejects with its error.
+// One request to a worker: resolves with its result, rejects with its error. Requests to one worker go in turn
+// (a worker answers one at a time, and each request sets the handler its answer goes to: two at once would
+// swap their answers).
 export function call(worker, message) {
-  return new Promise((resolve, reject) => {
+  const turn = (worker.ceTurn || Promise.resolve()).then(() => new Promise((resolve, reject) => {
     worker.onmessage = (e) => (e.data.ok ? resolve(e.data.result) : reject(new Error(e.data.error)));
     worker.onerror = (e) => reject(new Error(e.message || "worker failed"));
     worker.postMessage(message);
-  });
+  }));
+  worker.ceTurn = turn.catch(() => null);
+  return turn;
 }
 
 // Probe workers (probe-worker.js) with the capsule's reactor instantiated, created as needed and kept:

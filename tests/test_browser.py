@@ -129,6 +129,52 @@ def test_llm_challenge_answered_in_the_probe_worker(page: Page, relay: RelayProc
     assert 1 <= len(stopped["tokens"]) < decode and stopped["tokens"] == tokens[:len(stopped["tokens"])]
 
 
+def test_a_withdrawn_solo_challenge_stops_in_the_workers(page: Page, relay: RelayProcess) -> None:
+    """The join page's side of a withdrawal (relay "withdraws", web/proof/challenge_desk.py make_way): on a
+    cross-origin isolated page (as the relay serves it) the answerer says it is withdrawable, a solo challenge
+    of ~40 s or more is stopped in both workers after the product in progress, and the roll call's challenge
+    that arrived meanwhile commits by its own deadline (fewer products than given) to its own products: an
+    opening of it proves against its root and recomputes as its seed's product, not the solo's."""
+    import numpy as np
+
+    from capsule.challenge import decode_row
+    from capsule.cpu_challenge import check_entries, check_proof
+
+    isolated = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
+    page.route(relay.url + "/withdraw-test",
+               lambda route: route.fulfill(content_type="text/html", body="<!doctype html>", headers=isolated))
+    page.goto(relay.url + "/withdraw-test")
+    reps, roll_seed = 65536, "0123012301230124"
+    out = page.evaluate("""async ([reps, rollSeed]) => {
+        const { challengeAnswerer } = await import("/challenge.js");
+        const wasm = await (await fetch("/capsule-reactor.wasm")).arrayBuffer();
+        const answerer = challengeAnswerer(await WebAssembly.compile(wasm));
+        const ask = (id, seeds, extra) => answerer.commit({
+            type: "challenge", id, kind: "sgemm", n: 256, reps, seeds, leaves: ["high16", "fp32"], ...extra });
+        try {
+            const solo = ask("solo", ["5eed5eed5eed5eed", "5eed5eed5eed5eee"], {});
+            await new Promise((r) => setTimeout(r, 500));
+            answerer.halt(["solo"]);
+            const sent = performance.now();
+            const roll = ask("roll", ["0123012301230123", rollSeed], { stop_after_s: 1.0 })
+                .then((commit) => ({ commit, ms: performance.now() - sent }));
+            const [soloCommit, rolled] = await Promise.all([solo, roll]);
+            const opening = await answerer.open({ type: "open", id: "roll", rows: [[1, 3]] });
+            return { withdrawable: answerer.withdrawable, isolated: self.crossOriginIsolated, solo: soloCommit,
+                     roll: rolled.commit, rollMs: rolled.ms, opening };
+        } finally { answerer.stop(); }
+    }""", [reps, roll_seed])
+    assert out["isolated"] and out["withdrawable"]  # the precondition: SharedArrayBuffer lets the page stop workers
+    assert all(1 <= p < reps for p in out["solo"]["products"]), out["solo"]  # stopped, not run out
+    roll = out["roll"]
+    assert all(1 <= p < reps for p in roll["products"]) and out["rollMs"] < 20_000, (roll, out["rollMs"])
+    (item,) = out["opening"]["rows"]
+    row = decode_row(item["values"], 256)
+    check_proof(row, 3, [bytes.fromhex(h) for h in item["proof"]], bytes.fromhex(roll["roots"][1]), 256,
+                roll["products"][1], roll["leaf"])
+    assert check_entries(int(roll_seed, 16), 256, 3, np.frombuffer(row, "<f4"), [0, 7, 255]) <= 1.0
+
+
 def test_without_webgpu(browser_type: BrowserType, relay: RelayProcess) -> None:
     browser: Browser = browser_type.launch(executable_path=CHROMIUM, args=FLAGS)  # no --enable-unsafe-webgpu
     try:

@@ -67,8 +67,9 @@ class Challengee:
     answers: frozenset[str] = frozenset({"sgemm"})  # the kinds this client answers
     done_ids: set[str] = field(default_factory=set)  # ids answered on this session: a replay is named so
     withdrawn_ids: set[str] = field(default_factory=set)  # solo challenges a roll call withdrew (not judged)
-    # the client stops a solo challenge a roll call withdraws (hello "withdrawable": the server node); a browser
-    # cannot stop a worker inside its product loop, and an older client does not know the field
+    # the client stops a solo challenge a roll call withdraws (hello "withdrawable": the server node, and a join
+    # page that is cross-origin isolated, whose workers read a SharedArrayBuffer flag); an older client does not
+    # know the field
     withdrawable: bool = False
 
     @property
@@ -86,7 +87,8 @@ class Challengee:
         Without this a newcomer, or a node unverified under load, whose solo answer (seconds on a busy machine)
         overlapped the roll call's moment was not asked and counted 0 (2 of 50 busy roll calls, 2026-12-07).
         A client that cannot stop its work (not `withdrawable`) owing anything is busy, as before: asked now, it
-        would compute the roll call's answer behind the solo one, or (a browser's workers) mix the two."""
+        would compute the roll call's answer behind the solo one (an older join page's workers even mixed the
+        two answers)."""
         owed = [ch for ch in self.challenges.values() if not ch.checking]
         if any(ch.roll_call is not None for ch in owed) or (owed and not self.withdrawable):
             return None

@@ -18,10 +18,10 @@ node -> relay  {"type": "opening", "id": HEX, "rows": [{"instance", "row": leaf,
 relay -> node  {"type": "challenge_result", "id": HEX, "passed": BOOL, "code": CODE, "detail": "...",
                 "observed_gflops": X | null, "observed_tokens_per_sec": X | null}
 A roll call's challenge to a session whose hello said "withdrawable": true (it can stop its work: the server
-node) may carry "withdraws": [HEX, ...]: solo challenges the node had not committed yet, withdrawn by the relay
-so the node answers the roll call with its whole machine; it stops them and sends nothing for them (any other
-session owing an answer is not asked: `busy`). They are judged neither way; a commitment that names one anyway
-gets {"type": "withdrawn", "id": HEX, "detail": "..."}, once, and is recorded nowhere
+node, an isolated join page) may carry "withdraws": [HEX, ...]: solo challenges the node had not committed yet,
+withdrawn by the relay so the node answers the roll call with its whole machine; it stops them and sends nothing
+for them (any other session owing an answer is not asked: `busy`). They are judged neither way; a commitment
+that names one anyway gets {"type": "withdrawn", "id": HEX, "detail": "..."}, once, and is recorded nowhere
 (web/proof/challenge_desk.py Challengee.make_way).
 
 A reference-model challenge (for sessions that answer "llm"): {"type": "challenge", "kind": "llm", "seeds":
