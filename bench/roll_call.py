@@ -1,7 +1,8 @@
 """Roll calls at scale (issue 20): how spread the relay's sends are when it challenges every live session at
 once, what a roll call costs the relay, and what an honest node shows at roll calls.
 
-    .venv/bin/python bench/roll_call.py [--steps 100,1000] [--roll-calls 3] [--processes 1]
+    .venv/bin/python bench/roll_call.py [--steps 100,1000] [--roll-calls 3] [--processes 1] [--pin]
+                                        [--send-priority 1]
 
 Method: one relay process (a roll call every 25 s: beacon rounds every 1 s; target 1 s). A load generator (one
 asyncio process, the session of bench/relay_sessions.py plus a hello) registers N nodes and opens N live
@@ -269,6 +270,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=1, help="relay processes on the one port")
     parser.add_argument("--pin", action="store_true",
                         help="relay on core 0, the generator there at idle priority, the honest node on core 1")
+    parser.add_argument("--send-priority", type=int, default=1,
+                        help="the relay's --roll-call-send-priority (SCHED_FIFO of the send loop; 0: off)")
     args = parser.parse_args()
     if args.pin and len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("--pin needs two cores (the relay on one, the honest node on the other)")
@@ -276,7 +279,8 @@ def main() -> int:
     capsule = ROOT / "build" / "capsule.wasm"
     with tempfile.TemporaryDirectory() as tmp:
         processes = ["--processes", str(args.processes)] if args.processes > 1 else []
-        relay = RelayProcess(Path(tmp) / "relay", *RELAY, *processes).start(timeout=60)
+        relay = RelayProcess(Path(tmp) / "relay", *RELAY, *processes, "--roll-call-send-priority",
+                             str(args.send_priority)).start(timeout=60)
         if args.pin:
             assert relay.proc is not None
             pin_process(relay.proc.pid, 0)
