@@ -78,6 +78,7 @@ export function challengeAnswerer(module) {
         return { type: "opening", id: m.id, rows };
       });
     },
-    stop() { workers.terminate(); current = null; },
+    // (a request to a terminated worker never settles: the turns start afresh, so nothing waits behind it)
+    stop() { workers.terminate(); current = null; queue = Promise.resolve(); halts.clear(); },
   };
 }
