@@ -26,12 +26,15 @@ export function challengeAnswerer(module) {
   const halts = new Map(); // challenge id -> Int32Array(1) over a SharedArrayBuffer
   return {
     withdrawable,
-    // stops the named challenges' work after the product or token in progress (those not begun: at once)
+    // stops the named challenges' work after the product or token in progress (those not begun: at once);
+    // returns the ids it stopped (those still being computed)
     halt(ids) {
+      const stopped = [];
       for (const id of ids) {
         const flag = halts.get(id);
-        if (flag) Atomics.store(flag, 0, 1);
+        if (flag) { Atomics.store(flag, 0, 1); stopped.push(id); }
       }
+      return stopped;
     },
     // {type: "challenge"} -> {type: "commit"}: one Merkle root per seed over the products it finished,
     // computed concurrently (at a roll call each worker stops stop_after_s after the challenge arrived and
@@ -45,6 +48,8 @@ export function challengeAnswerer(module) {
       if (halt) halts.set(m.id, halt);
       return inTurn(async () => {
         try {
+          // withdrawn before its turn came: no work at all (relay.js sends nothing for it)
+          if (halt && Atomics.load(halt, 0) !== 0) return { type: "commit", id: m.id, withdrawn: true };
           if (m.kind === "llm") {
             const [w] = await pool(1);
             const tokens = await call(w, {
@@ -56,9 +61,17 @@ export function challengeAnswerer(module) {
           // leaves over each entry's high half where the relay offers it (capsule/kernels/challenge.c); a relay
           // that names no forms is older and checks whole rows (capsule/cpu_challenge.py leaf_form_offered)
           const high16 = Array.isArray(m.leaves) && m.leaves.includes("high16");
-          const done = await Promise.all(ws.map((w, i) => call(w, {
+          const calls = ws.map((w, i) => call(w, {
             cmd: "challenge", seedLo: Number(seeds[i] & 0xffffffffn), seedHi: Number(seeds[i] >> 32n), n: m.n,
-            reps: m.reps || 1, stopAt, high16, halt })));
+            reps: m.reps || 1, stopAt, high16, halt }));
+          // one worker failing stops the others and waits for them: none keeps computing into the next turn
+          const settled = await Promise.allSettled(calls);
+          const failed = settled.find((r) => r.status === "rejected");
+          if (failed) {
+            if (halt) Atomics.store(halt, 0, 1);
+            throw failed.reason;
+          }
+          const done = settled.map((r) => r.value);
           current = { id: m.id, count: seeds.length };
           return { type: "commit", id: m.id, roots: done.map((d) => d.root), products: done.map((d) => d.products),
                    leaf: high16 ? "high16" : "fp32" };

@@ -86,12 +86,19 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
   // solo challenges a roll call withdrew (its challenge names them in "withdraws"): their work stops after the
   // product in progress (the answerer's halt) and nothing is sent for them; the relay judges them neither way
   const withdrawn = new Set();
-  const answer = async (work) => {
+  const withdraw = (ids) => {
+    const mine = ids.filter((id) => openers.get(id) === answerer);
+    for (const id of answerer && answerer.halt ? answerer.halt(mine) : []) withdrawn.add(id);
+  };
+  // each answer goes back on the connection its challenge came on (on another it names nothing in flight)
+  const answer = async (work, id) => {
+    const from = ws;
     try {
       const reply = await work();
-      if (withdrawn.delete(reply.id)) { openers.delete(reply.id); return; }
-      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(reply));
+      if (withdrawn.delete(id)) { openers.delete(id); return; }
+      if (from.readyState === WebSocket.OPEN) from.send(JSON.stringify(reply));
     } catch (err) {
+      withdrawn.delete(id);
       onEvent({ type: "error", code: "challenge", detail: err.message });
     }
   };
@@ -107,6 +114,8 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         return;
       }
       const m = JSON.parse(event.data);
+      // solo challenges a roll call withdrew stop now, a hidden tab's too
+      if (m.type === "challenge" && Array.isArray(m.withdraws)) withdraw(m.withdraws.slice(0, 16));
       if (m.type === "welcome") {
         learn();
         const beat = async () => {
@@ -115,7 +124,8 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
           if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "heartbeat", heartbeat: { ...body, sig } }));
         };
         named = false;
-        openers.clear(); // a new connection: the last one's challenges ended with it
+        withdraw([...openers.keys()]); // a new connection: the last one's challenges ended with it (work stopped)
+        openers.clear();
         hello();
         await beat();
         named = true;
@@ -126,15 +136,12 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
       } else if (m.type === "ping") ws.send(JSON.stringify({ type: "pong", id: m.id }));
       else if (m.type === "challenge" && m.kind === "gpu" && gpuAnswerer && !document.hidden) {
         openers.set(m.id, gpuAnswerer);
-        answer(() => gpuAnswerer.commit(m));
+        answer(() => gpuAnswerer.commit(m), m.id);
       } else if (m.type === "challenge" && m.kind !== "gpu" && answerer && !document.hidden) {
-        const ids = (Array.isArray(m.withdraws) ? m.withdraws.slice(0, 16) : []).filter((id) => openers.get(id) === answerer);
-        ids.forEach((id) => withdrawn.add(id));
-        if (answerer.halt) answerer.halt(ids);
         openers.set(m.id, answerer);
-        answer(() => answerer.commit(m));
-      } else if (m.type === "open" && openers.has(m.id)) answer(() => openers.get(m.id).open(m));
-      else if (m.type === "challenge_result") openers.delete(m.id);
+        answer(() => answerer.commit(m), m.id);
+      } else if (m.type === "open" && openers.has(m.id)) answer(() => openers.get(m.id).open(m), m.id);
+      else if (m.type === "challenge_result" || m.type === "withdrawn") { openers.delete(m.id); withdrawn.delete(m.id); }
       else if ((m.type === "peer_probe" || m.type === "peer_answer") && prober && !document.hidden) prober.handle(m);
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
