@@ -172,7 +172,9 @@ class RollCaller:
             # software adapter (lavapipe, SwiftShader: the CPU itself) never takes the cores of the SGEMM answer
             gpu = (claim.claimed_gpu_tflops or 0.0) >= self.config.gpu_floor_tflops and "gpu" in who.answers
             withdrawn = who.make_way()
-            if withdrawn is None:  # still answering an earlier roll call: not asked, counts nothing now
+            # still answering an earlier roll call (a client that cannot stop its work: any challenge): not
+            # asked, counts nothing now
+            if withdrawn is None:
                 call.failed[node_id] = "busy"
                 if gpu:
                     call.gpu_failed[node_id] = "busy"
