@@ -221,6 +221,10 @@ def main() -> int:
                       f"at {sum(r == 0 for r in ratios)}", flush=True)
                 if args.busy_roll_calls:
                     busy_roll_calls(relay, node_id, args.busy_roll_calls)
+                    # the instance search behind each claim: (instances, GFLOP/s) as the page measured them
+                    for when, prof in (("quiet", tab.profile), ("latest", node_view(relay, node_id)["profile"])):
+                        curve = [(p["instances"], p["gflops_fp32"]) for p in prof["evidence"]["cpu"]["scaling"]]
+                        print(f"instance search ({when} claim, {prof['cpu']['cores']} chosen): {curve}", flush=True)
                 with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
                     events = json.loads(r.read())["events"]
                 claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
