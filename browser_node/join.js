@@ -77,7 +77,9 @@ async function sha256Hex(buffer) { return hex(new Uint8Array(await crypto.subtle
 const SGEMM_N = 512; // phones: a 512 product is ~0.05 s on a slow core; the evidence names n
 const STEP_BUDGET_MS = 500, WHOLE_BUDGET_MS = 3000, SOLO_BUDGET_MS = 2000;
 
-async function measure(py, key, nodeId) {
+// keep: the worker count the live answers use, for a re-measurement the roll calls prompted: kept unless fewer
+// workers do more (capsule/scaling.py; a busy WebKitGTK's 50% rule chose 1 where its answers did ~55 on 2)
+async function measure(py, key, nodeId, keep = 0) {
   const beacon = await getBeacon();
   const plan = py.plan(beacon.value, nodeId);
   // The platform's count is where the instance search starts, never a fact (WebKit says 4 on 2 cores).
@@ -100,12 +102,12 @@ async function measure(py, key, nodeId) {
   try {
     concurrent = await phase("cpu", async () => {
       let k;
-      while ((k = py.nextInstances(curve, claimed)) !== null) {
+      while ((k = py.nextInstances(curve, claimed, keep)) !== null) {
         const reports = await runAll(await pool(k), (i) => ["--probes", "sgemm", "--seed", py.instanceSeed(plan.seed, i),
           "--budget-ms", String(STEP_BUDGET_MS), "--soft-budget", "--sgemm-n", String(SGEMM_N)]);
         curve.push([k, py.windowRate(reports, "sgemm")]);
       }
-      chosen = py.chosenInstances(curve);
+      chosen = py.chosenInstances(curve, claimed, keep);
       const probes = plan.order.filter((p) => p === "sgemm" || p === "stream").join(",");
       const reports = await runAll(await pool(chosen), (i) => ["--probes", probes, "--seed", py.instanceSeed(plan.seed, i),
         "--budget-ms", String(WHOLE_BUDGET_MS), "--soft-budget", "--sgemm-n", String(SGEMM_N),
@@ -142,6 +144,7 @@ async function measure(py, key, nodeId) {
       runtime: { os: (uaData && uaData.platform) || navigator.platform || "unknown", arch: high.architecture || "unknown",
                  kind: "browser", docker: false, gvisor: false, wasm: true,
                  engine: brand ? `${brand.brand} ${brand.version}` : navigator.userAgent.slice(0, 120) },
+      keep_instances: keep || null,
       concurrent, solo, scaling: curve.map(([k, rate]) => ({ instances: k, gflops_fp32: rate === null ? null : Math.round(rate * 1000) / 1000 })),
       stream_sizing: streamSizing,
       evidence: {
@@ -164,8 +167,8 @@ async function measure(py, key, nodeId) {
 }
 
 // Measures, signs and reports: the profile, the relay's answer and the compiled capsule.
-async function register(py, key, nodeId) {
-  const { args, module } = await measure(py, key, nodeId);
+async function register(py, key, nodeId, keep = 0) {
+  const { args, module } = await measure(py, key, nodeId, keep);
   window.ceReports = { concurrent: args.concurrent, solo: args.solo }; // the raw ProbeReports (tests read them)
   return phase("report", async () => {
     const { profile, message } = py.profile(args);
@@ -231,14 +234,14 @@ async function join() {
     }
     setStatus(`joined: ${result.answer.status === 201 ? "a new node" : "profile updated"} in ${window.ceJoinSeconds.toFixed(1)} s; live while this tab is open`, "ok");
     await standing(result.profile);
-    let acks = 0, passed = 0;
+    let acks = 0, passed = 0, following = result.profile;
     const follow = followClaims(py, result.profile, async () => {
       hiddenDuringRun = false; // as at Join: a measurement the tab was hidden during stops and says so
       phaseRows();
-      const again = await register(py, key, nodeId);
+      const again = await register(py, key, nodeId, answersWorkers(following));
       if (!again.answer.ok) throw new Error(again.answer.message);
       show(again.profile);
-      window.ceProfile = again.profile;
+      window.ceProfile = following = again.profile;
       return again.profile;
     }, (line) => { $("claims").textContent = line; });
     liveSession(nodeId, key, py, (m) => {
@@ -260,6 +263,13 @@ async function join() {
   } finally {
     $("join").disabled = false;
   }
+}
+
+// The workers a roll call's challenge to this profile is split over: one per whole-device instance, at most the
+// relay's challenge_max_instances (64), as web/proof/challenges.py sizes it (capsule/challenge.py challenge_size).
+function answersWorkers(profile) {
+  const listed = profile.evidence?.cpu?.gflops_fp32?.instances;
+  return Math.max(1, Math.min(64, Array.isArray(listed) && listed.length ? listed.length : profile.cpu.cores || 1));
 }
 
 // When this visit counts: the relay's view of the node (every 10 s) and a countdown to the next roll call

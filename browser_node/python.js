@@ -10,7 +10,7 @@ from capsule.probe_report import parse_report
 from capsule.canonical import signing_message
 from capsule.peerid import peer_id_from_public_key
 from capsule.plan import CPU_PROBES, instance_seed, plan_from_beacon
-from capsule.scaling import chosen_instances, next_instances, window_rate, work_spans
+from capsule.scaling import chosen_instances, kept_note, next_instances, window_rate, work_spans
 from capsule.profile import build_profile
 from capsule.typed import parse
 from capsule.model import NodeProfile
@@ -46,18 +46,23 @@ def ce_profile(args_json):
     figures = aggregate([parse_report(r) for r in a["concurrent"]], parse_report(a["solo"]), a.get("scaling"))
     if a.get("stream_sizing"):
         figures.evidence["cpu"]["mem_bw_gbps"]["array_sizing"] = browser_stream_sizing(a["stream_sizing"])
+    if a.get("keep_instances"):
+        figures.evidence["cpu"]["instances_kept"] = kept_note(a["keep_instances"], a["cores"])
     profile = build_profile(node_id=a["node_id"], measured_at=a["measured_at"], beacon=a["beacon"],
         capsule=a["capsule"], cores=a["cores"], threads=a["threads"], memory=a["memory"],
         storage_total_gb=a["storage_total_gb"], storage_free_gb=a["storage_free_gb"], figures=figures,
         gpus=a["gpus"], runtime=a["runtime"], ref_model="ce-ref-15m-f32", evidence_extra=a["evidence"])
     return json.dumps({"profile": profile, "message": signing_message("NodeProfile", profile).hex()})
 
-def ce_next_instances(curve_json, claimed):
-    k = next_instances([tuple(step) for step in json.loads(curve_json)], int(claimed))
+def _keep(keep):
+    return int(keep) if keep is not None and keep > 0 else None
+
+def ce_next_instances(curve_json, claimed, keep):
+    k = next_instances([tuple(step) for step in json.loads(curve_json)], int(claimed), keep=_keep(keep))
     return -1 if k is None else k
 
-def ce_chosen_instances(curve_json):
-    return chosen_instances([tuple(step) for step in json.loads(curve_json)])
+def ce_chosen_instances(curve_json, claimed, keep):
+    return chosen_instances([tuple(step) for step in json.loads(curve_json)], reported=int(claimed), keep=_keep(keep))
 
 def ce_window_rate(reports_json, probe):
     rate = window_rate([work_spans(parse_report(r), probe) for r in json.loads(reports_json)]).rate
@@ -116,8 +121,9 @@ export async function loadCapsulePython() {
     message: (kind, obj) => fn("ce_message")(kind, JSON.stringify(obj)),
     // the whole-device instance search and window figures (capsule/scaling.py), as servers run them
     instanceSeed: (seed, i) => fn("instance_seed")(seed, i),
-    nextInstances: (curve, claimed) => { const k = fn("ce_next_instances")(JSON.stringify(curve), claimed); return k < 0 ? null : k; },
-    chosenInstances: (curve) => fn("ce_chosen_instances")(JSON.stringify(curve)),
+    // keep: the worker count the answers use, for a re-measurement the roll calls prompted (0: none)
+    nextInstances: (curve, claimed, keep = 0) => { const k = fn("ce_next_instances")(JSON.stringify(curve), claimed, keep); return k < 0 ? null : k; },
+    chosenInstances: (curve, claimed, keep = 0) => fn("ce_chosen_instances")(JSON.stringify(curve), claimed, keep),
     windowRate: (reports, probe) => JSON.parse(fn("ce_window_rate")(JSON.stringify(reports), probe)),
     publicKeyHex: (nodeId) => fn("ce_public_key")(nodeId),
     check: (profile) => fn("ce_check")(JSON.stringify(profile)),

@@ -17,6 +17,12 @@ purpose, containers see the host's count):
   more before the search ends, and a small rise is confirmed by measuring the previous count again (noise
   on a shared machine only slows a step, so the better of two measurements counts). The whole-device run
   uses the last count that still paid. The curve is kept as evidence.
+* **A re-measurement keeps the answers' count.** When the roll calls' answers prompt a new measurement
+  (capsule/claim_drift.py), the relay is already splitting challenges over `keep` instances and counting
+  what they do, time slices taken from other processes included. The 50% rule would drop to fewer
+  instances on a busy machine (WebKitGTK beside a busy loop per core: 1 -> 36.5, 2 -> 50.6 GFLOP/s, a rise
+  of 0.39) and claim half of what the answers do. So after the search, `keep` is measured too (twice when
+  it loses), and it stays the count unless fewer instances did more.
 
 Pure stdlib and free of I/O: the browser runs this file under Pyodide.
 """
@@ -121,13 +127,9 @@ def _times_measured(curve: Sequence[tuple[int, float | None]], k: int) -> int:
     return sum(1 for kk, _ in curve if kk == k)
 
 
-def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
+def _searched_next(curve: Sequence[tuple[int, float | None]], reported: int,
                    config: ScalingConfig = DEFAULT_SCALING) -> int | None:
-    """The next instance count to try, or None when the search is over. curve: (instances, aggregate)
-    measured so far, in order. Steps double from 1, with `reported` (the platform's claim) as one step;
-    the search goes past the claim as long as the aggregate keeps rising. A step that did not pay is
-    measured once more before the search ends; a small rise sends the search back to the previous count
-    once, to tell noise from a gain."""
+    """The search's own next count (None: it is over), without the count a re-measurement keeps."""
     if not curve:
         return 1
     steps = _best_per_count(curve)
@@ -155,12 +157,66 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
     return min(step, config.max_instances)
 
 
-def chosen_instances(curve: Sequence[tuple[int, float | None]], config: ScalingConfig = DEFAULT_SCALING) -> int:
-    """The last count whose step raised the aggregate enough (see ScalingConfig.min_gain; 1 if none did)."""
-    steps = _best_per_count(curve)
+def _search_length(curve: Sequence[tuple[int, float | None]], reported: int, config: ScalingConfig) -> int:
+    """How many of the curve's steps the search itself made; the rest measured the count a re-measurement
+    keeps (the search ends at the first prefix it has nothing more to try for)."""
+    for i in range(len(curve) + 1):
+        if _searched_next(curve[:i], reported, config) is None:
+            return i
+    return len(curve)
+
+
+def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
+                   config: ScalingConfig = DEFAULT_SCALING, keep: int | None = None) -> int | None:
+    """The next instance count to try, or None when the search is over. curve: (instances, aggregate)
+    measured so far, in order. Steps double from 1, with `reported` (the platform's claim) as one step;
+    the search goes past the claim as long as the aggregate keeps rising. A step that did not pay is
+    measured once more before the search ends; a small rise sends the search back to the previous count
+    once, to tell noise from a gain. keep: the count the node's answers use, for a re-measurement the roll
+    calls prompted; measured after the search, and once more when fewer instances did better."""
+    searched = _search_length(curve, reported, config)
+    if searched == len(curve):
+        k = _searched_next(curve, reported, config)
+        if k is not None:
+            return k
+    if keep is None or not 1 <= keep <= config.max_instances:
+        return None
+    best = dict(_best_per_count(curve))
+    if keep not in best:
+        return keep
+    kept, fewer = best[keep], [r for k, r in best.items() if k < keep and r is not None]
+    if fewer and (kept is None or max(fewer) > kept) and _times_measured(curve, keep) == 1:
+        return keep
+    return None
+
+
+def _searched_choice(steps: Sequence[tuple[int, float | None]], config: ScalingConfig) -> int:
     best = steps[0][0] if steps else 1
     for (k0, r0), (k, r1) in zip(steps, steps[1:], strict=False):
         if r0 is None or r1 is None or _rise(k0, r0, k, r1) < config.min_gain:
             break
         best = k
     return best
+
+
+def chosen_instances(curve: Sequence[tuple[int, float | None]], config: ScalingConfig = DEFAULT_SCALING,
+                     reported: int = 1, keep: int | None = None) -> int:
+    """The last count whose step raised the aggregate enough (see ScalingConfig.min_gain; 1 if none did).
+    keep (with the `reported` the search was given): a re-measurement's count, chosen unless the search
+    found more that paid or fewer instances did more (then the fewer count that did most)."""
+    if keep is None:
+        return _searched_choice(_best_per_count(curve), config)
+    chosen = _searched_choice(_best_per_count(curve[:_search_length(curve, reported, config)]), config)
+    best = dict(_best_per_count(curve))
+    kept = best.get(keep)
+    if chosen >= keep or kept is None:
+        return chosen
+    fewer = {k: r for k, r in best.items() if k < keep and r is not None and r > kept}
+    return max(fewer, key=lambda k: fewer[k]) if fewer else keep
+
+
+def kept_note(keep: int, chosen: int) -> dict[str, object]:
+    """The profile's evidence (evidence.cpu.instances_kept) of a re-measurement that was given `keep`."""
+    return {"answers_used": keep, "chosen": chosen,
+            "rule": "a re-measurement the roll calls prompted keeps the instance count its answers used unless "
+                    "the search found more that paid or fewer instances did more (capsule/scaling.py)"}

@@ -14,7 +14,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from capsule.claim_drift import DriftConfig, drift
@@ -109,6 +109,8 @@ class Agent:
         self.claimed_gflops: float | None = None  # the CPU claim of the profile last published
         self.results_seen = 0                     # the session's results read when that claim was made
         self.drift_at = float("-inf")             # monotonic time of the last measurement drift started
+        self.answers_instances: int | None = None  # the instances a roll call's challenge splits over
+        self.answering: int | None = None         # set by a drift: that count, for the measurement to keep
         self.libp2p: Any = None                   # common.libp2p_host.Libp2pHost once started
 
     def start_libp2p(self) -> list[str]:
@@ -160,7 +162,8 @@ class Agent:
             return None
         self.say(f"measuring against beacon round {beacon['round']}")
         try:
-            result = measure(self.key, beacon, self.opts)
+            # after a drift the answers' count is kept unless fewer instances do more (capsule/scaling.py)
+            result = measure(self.key, beacon, replace(self.opts, keep_instances=self.answering))
         except CapsuleError as exc:
             self.say(f"measurement failed: {exc}; retrying after the next interval")
             return remeasure_after_s(beacon["value"], self.key.node_id, self.config)
@@ -170,6 +173,9 @@ class Agent:
         if not self._publish(result.profile):
             return None
         self.claimed_gflops = result.profile["cpu"].get("gflops_fp32")
+        self.answering = None
+        shape = challenge_shape(result.profile)
+        self.answers_instances = shape[0] if shape is not None else None  # what a roll call splits over
         self.results_seen = len(self.session.results) if self.session is not None else 0
         if self.session is None and self.registered:  # heartbeats need a profile the relay accepted
             reactor = self.opts.capsule.with_name("capsule-reactor.wasm")
@@ -207,6 +213,7 @@ class Agent:
             reason = drift(list(session.results)[self.results_seen:], self.claimed_gflops, self.config.drift)
             if reason is not None:
                 self.drift_at = time.monotonic()
+                self.answering = self.answers_instances
                 self.say(f"{reason}: measuring again now")
                 return
 

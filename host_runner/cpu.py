@@ -110,21 +110,22 @@ def schedulable_cpus() -> int:
 
 
 def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024,
-                   config: ScalingConfig = DEFAULT_SCALING, step: Callable[[int, bool], None] | None = None
-                   ) -> tuple[list[tuple[int, float | None]], int]:
+                   config: ScalingConfig = DEFAULT_SCALING, step: Callable[[int, bool], None] | None = None,
+                   keep: int | None = None) -> tuple[list[tuple[int, float | None]], int]:
     """The instance search (capsule/scaling.py) with short SGEMM steps: (curve, chosen count). `reported` is
     the platform's core count (or the operator's --instances): a starting point, not a fact. On a server the
     search stops at the schedulable CPUs (a browser cannot know them: WebKit says 4 on 2 cores): beside two busy
-    processes on 2 cores, a noisy step from 2 to 4 instances once read as a gain (fresh-clone run #31)."""
+    processes on 2 cores, a noisy step from 2 to 4 instances once read as a gain (fresh-clone run #31).
+    keep: the count the node's answers use, for a re-measurement its roll calls prompted (capsule/scaling.py)."""
     config = replace(config, max_instances=min(config.max_instances, schedulable_cpus()))
     curve: list[tuple[int, float | None]] = []
-    while (k := next_instances(curve, max(1, reported), config)) is not None:
+    while (k := next_instances(curve, max(1, reported), config, keep)) is not None:
         if step:
             step(k, False)
         trial = run_concurrent(wasm, _probe_args(seed_hex, "sgemm", STEP_BUDGET_MS, sgemm_n), k)
         rate = window_rate([work_spans(r, "sgemm") for r in trial.reports]).rate
         curve.append((k, None if rate is None else rate / 1e9))
-    return curve, chosen_instances(curve, config)
+    return curve, chosen_instances(curve, config, max(1, reported), keep)
 
 
 def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: int, probe_budget_ms: int,
@@ -146,10 +147,10 @@ def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: in
 def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,
                       sgemm_n: int = 1024, config: ScalingConfig = DEFAULT_SCALING,
                       step: Callable[[int, bool], None] | None = None,
-                      available_mb: float | None = None) -> WholeCpu:
+                      available_mb: float | None = None, keep: int | None = None) -> WholeCpu:
     """Finds the instance count by measurement, then runs the whole-CPU probes with it (budget_ms in all,
     shared by the probes), STREAM's arrays sized by its rule against this machine's last-level cache."""
-    curve, chosen = find_instances(wasm, seed_hex, reported, sgemm_n, config, step)
+    curve, chosen = find_instances(wasm, seed_hex, reported, sgemm_n, config, step, keep)
     if step:
         step(chosen, True)
     stream_mib, sizing = stream_size.array_mib(chosen, stream_size.last_level_cache(), available_mb)

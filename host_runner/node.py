@@ -17,6 +17,7 @@ from capsule.aggregate import aggregate
 from capsule.model import NodeProfile
 from capsule.plan import CPU_PROBES, plan_from_beacon
 from capsule.profile import build_profile
+from capsule.scaling import kept_note
 from capsule.signing import sign
 from capsule.typed import parse
 from common.keys import NodeKey
@@ -35,6 +36,9 @@ class RunOptions:
     capsule: Path
     phase_budget_ms: int = 3000
     instances: int | None = None       # the core count the instance search starts from (default: psutil's)
+    # the instance count the node's answers use: a re-measurement its roll calls prompted keeps it unless
+    # fewer instances do more (capsule/scaling.py); None: the search alone decides
+    keep_instances: int | None = None
     scratch: Path | None = None        # default: a temporary directory under the current one
     gpu: bool = True
     jitter: bool = True
@@ -70,7 +74,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         opts.capsule, plan.seed_hex, plan.order, reported, opts.phase_budget_ms,
         step=lambda k, final: step(f"whole CPU: {k} instances (sgemm, STREAM triad)", opts.phase_budget_ms / 1000)
         if final else step(f"whole CPU: how many instances pay? trying {k} (the platform says {reported})", 1.0),
-        available_mb=info.available_mb)
+        available_mb=info.available_mb, keep=opts.keep_instances)
     conc = whole.run
     timings["concurrent_s"] = time.perf_counter() - t
     step("one core alone (sgemm, llm, disk)", opts.phase_budget_ms / 1000 * 1.4)
@@ -96,6 +100,8 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     figures.evidence["cpu"]["reported_cores"] = {"value": reported, "source": "--instances" if opts.instances
                                                  else "psutil.cpu_count(logical=False)", "trusted": False,
                                                  "note": "cpu.cores is the instance count the measurement chose"}
+    if opts.keep_instances is not None:
+        figures.evidence["cpu"]["instances_kept"] = kept_note(opts.keep_instances, whole.instances)
     figures.evidence["cpu"]["mem_bw_gbps"]["pages"] = facts_mod.huge_pages_note()
     figures.evidence["cpu"]["mem_bw_gbps"]["array_sizing"] = whole.stream_sizing
     profile = build_profile(

@@ -5,7 +5,8 @@ After a join, the page's renderer is held to 40% of the CPU from outside (it run
 SIGSTOP/SIGCONT, as a CPU quota would; far enough below 0.8 that a claim measured at a slow moment of this VM
 still shows it). The relay's roll calls (every 3 s here) then observe less than 0.8 of the claim; after three in
 a row the page says so, measures again under the same quota and registers what the device does now: the relay
-holds a second profile below the first, and the page names both figures."""
+holds a second profile below the first, and the page names both figures. The new measurement was given the
+worker count the answers used, measured it, and chose by the rule (capsule/scaling.py `keep`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser
 
+from capsule.scaling import chosen_instances
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess
 from tests.test_promises_join_page import (  # noqa: F401 - the fixture: the Debian Chromium, as that module's
@@ -59,7 +61,8 @@ def test_a_join_whose_roll_calls_show_less_than_its_claim_measures_again(browser
             page.wait_for_function(JOIN_DONE, timeout=120_000)
             assert status_of(page).startswith("joined"), status_of(page)
             node_id = page.evaluate("() => window.ceProfile.node_id")
-            first = page.evaluate("() => window.ceProfile.cpu.gflops_fp32")
+            first_profile = page.evaluate("() => window.ceProfile")
+            first = first_profile["cpu"]["gflops_fp32"]
             assert first and [p["cpu_gflops"] for p in profiles(relay, node_id)] == [first]  # the precondition
             pids = renderer_pids()
             assert pids, "no Chromium renderer found to hold"
@@ -89,6 +92,15 @@ def test_a_join_whose_roll_calls_show_less_than_its_claim_measures_again(browser
             assert len(shown) >= 3 and all(o < DRIFT_BELOW * first for o in shown[:3]), (first, shown)
             claims = [p["cpu_gflops"] for p in profiles(relay, node_id)]
             assert claims == [first, second] and second < DRIFT_BELOW * first, (claims, shown)
+            # the re-measurement kept the workers the answers used unless fewer did more (capsule/scaling.py)
+            answered = len(first_profile["evidence"]["cpu"]["gflops_fp32"]["instances"])
+            again = page.evaluate("() => window.ceProfile")
+            kept, curve = again["evidence"]["cpu"]["instances_kept"], again["evidence"]["cpu"]["scaling"]
+            steps = [(s["instances"], s["gflops_fp32"]) for s in curve]
+            reported = again["evidence"]["browser"]["hardware_concurrency"] or 1
+            assert kept["answers_used"] == answered and answered in [k for k, _ in steps], (kept, steps)
+            assert again["cpu"]["cores"] == kept["chosen"] == chosen_instances(steps, reported=reported,
+                                                                                keep=answered), (kept, steps)
     finally:
         if throttler is not None:
             throttler.kill()
