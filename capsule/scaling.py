@@ -22,7 +22,7 @@ purpose, containers see the host's count):
   what they do, time slices taken from other processes included. The 50% rule would drop to fewer
   instances on a busy machine (WebKitGTK beside a busy loop per core: 1 -> 36.5, 2 -> 50.6 GFLOP/s, a rise
   of 0.39) and claim half of what the answers do. So after the search, `keep` is measured too (twice when
-  it loses), and it stays the count unless fewer instances did more.
+  it loses), and it stays the count unless fewer instances did clearly more (`keep_yields_above`).
 
 Pure stdlib and free of I/O: the browser runs this file under Pyodide.
 """
@@ -55,6 +55,12 @@ class ScalingConfig:
     confirm_below: float = 0.70
     # Upper bound on instances, whatever the platform says (browsers: memory per worker on phones).
     max_instances: int = 256
+    # A re-measurement's kept count (the answers' own) yields to fewer instances only when they did more than
+    # this x what it did. The errors are not alike: a claim above what the answers do costs the node nothing
+    # (a roll call counts what it did), a claim below caps what is counted. And beside a busy loop on 2 cores
+    # short 2-instance steps read 40-72 GFLOP/s against 44-54 for one (AMD EPYC, 2026-12-07), so a plain
+    # "more" would often drop a count that does a third more at the roll calls.
+    keep_yields_above: float = 1.25
 
 
 DEFAULT_SCALING = ScalingConfig()
@@ -184,10 +190,16 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
     best = dict(_best_per_count(curve))
     if keep not in best:
         return keep
-    kept, fewer = best[keep], [r for k, r in best.items() if k < keep and r is not None]
-    if fewer and (kept is None or max(fewer) > kept) and _times_measured(curve, keep) == 1:
+    if _beaten_by_fewer(best, keep, config) and _times_measured(curve, keep) == 1:
         return keep
     return None
+
+
+def _beaten_by_fewer(best: dict[int, float | None], keep: int, config: ScalingConfig) -> dict[int, float]:
+    """The counts below keep that did more than keep_yields_above x what keep did (keep unmeasured: all)."""
+    kept = best.get(keep)
+    return {k: r for k, r in best.items() if k < keep and r is not None
+            and (kept is None or r > config.keep_yields_above * kept)}
 
 
 def _searched_choice(steps: Sequence[tuple[int, float | None]], config: ScalingConfig) -> int:
@@ -203,20 +215,21 @@ def chosen_instances(curve: Sequence[tuple[int, float | None]], config: ScalingC
                      reported: int = 1, keep: int | None = None) -> int:
     """The last count whose step raised the aggregate enough (see ScalingConfig.min_gain; 1 if none did).
     keep (with the `reported` the search was given): a re-measurement's count, chosen unless the search
-    found more that paid or fewer instances did more (then the fewer count that did most)."""
+    found more that paid or fewer instances did clearly more (keep_yields_above; then the fewer count that
+    did most)."""
     if keep is None:
         return _searched_choice(_best_per_count(curve), config)
     chosen = _searched_choice(_best_per_count(curve[:_search_length(curve, reported, config)]), config)
     best = dict(_best_per_count(curve))
-    kept = best.get(keep)
-    if chosen >= keep or kept is None:
+    if chosen >= keep or best.get(keep) is None:
         return chosen
-    fewer = {k: r for k, r in best.items() if k < keep and r is not None and r > kept}
+    fewer = _beaten_by_fewer(best, keep, config)
     return max(fewer, key=lambda k: fewer[k]) if fewer else keep
 
 
-def kept_note(keep: int, chosen: int) -> dict[str, object]:
+def kept_note(keep: int, chosen: int, config: ScalingConfig = DEFAULT_SCALING) -> dict[str, object]:
     """The profile's evidence (evidence.cpu.instances_kept) of a re-measurement that was given `keep`."""
     return {"answers_used": keep, "chosen": chosen,
             "rule": "a re-measurement the roll calls prompted keeps the instance count its answers used unless "
-                    "the search found more that paid or fewer instances did more (capsule/scaling.py)"}
+                    f"the search found more that paid or fewer instances did more than {config.keep_yields_above:g}x "
+                    "what it did (capsule/scaling.py)"}
