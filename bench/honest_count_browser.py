@@ -56,6 +56,7 @@ from bench.honest_count import (  # noqa: E402
     pct,
     spin,
 )
+from capsule.scaling import chosen_instances  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -167,19 +168,29 @@ def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[fl
             for counted, view, _ in after_each_roll_call(relay, node_id, count)]
 
 
+def proven(view: dict[str, Any]) -> float | None:
+    """What the node's latest roll-call answer showed (GFLOP/s, before the claim caps it)."""
+    shown = (view.get("trust") or {}).get("proven")
+    return float(shown["gflops_fp32"]) if shown else None
+
+
 def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
-    """The busy part: a busy loop per core for `count` roll calls; counted over the claim held at each."""
+    """The busy part: a busy loop per core for `count` roll calls; counted over the claim held at each, and
+    what the answers showed (proven GFLOP/s) beside the claim: a new claim far below what the answers showed
+    before it caps what is counted (the relay counts min(claim, shown))."""
+
     spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(os.cpu_count() or 1)]
     for s in spinners:
         s.start()
     try:
-        rows = [(counted, float(view["profile"]["cpu"]["gflops_fp32"]))
+        seen = [(counted, float(view["profile"]["cpu"]["gflops_fp32"]), proven(view) if counted > 0 else None)
                 for counted, view, _ in after_each_roll_call(relay, node_id, count)]
     finally:
         for s in spinners:
             s.terminate()
-    if not rows:
+    if not seen:
         raise SystemExit("no busy roll call was seen")
+    rows, shown = [(c, claim) for c, claim, _ in seen], [g for _, _, g in seen]
     first_claim = rows[0][1]
     changed = next((i for i, (_, claim) in enumerate(rows) if claim != first_claim), None)
     before = [c / claim for c, claim in (rows if changed is None else rows[:changed])]
@@ -193,6 +204,14 @@ def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
         print(f"busy: the new claim {rows[changed][1]:.1f} GFLOP/s held from roll call {changed + 1}; counted / it "
               f"over {len(after)} roll calls: median {statistics.median(after):.3f}, min {min(after):.3f}; at >= 0.8: "
               f"{sum(r >= 0.8 for r in after)}/{len(after)}", flush=True)
+        # the answers before the page measured again ran beside the same busy loops, on the workers of the
+        # quiet claim: the new claim against them says whether it claims what the device still does
+        earlier = [g for g in shown[:changed] if g]
+        later = [g for g in shown[changed:] if g]
+        if earlier and later:
+            print(f"busy: shown by the answers (GFLOP/s), median before the new claim "
+                  f"{statistics.median(earlier):.1f}, after it {statistics.median(later):.1f}; "
+                  f"new claim / shown before: {rows[changed][1] / statistics.median(earlier):.3f}", flush=True)
 
 
 def main() -> int:
@@ -224,7 +243,11 @@ def main() -> int:
                     # the instance search behind each claim: (instances, GFLOP/s) as the page measured them
                     for when, prof in (("quiet", tab.profile), ("latest", node_view(relay, node_id)["profile"])):
                         curve = [(p["instances"], p["gflops_fp32"]) for p in prof["evidence"]["cpu"]["scaling"]]
-                        print(f"instance search ({when} claim, {prof['cpu']['cores']} chosen): {curve}", flush=True)
+                        kept = prof["evidence"]["cpu"].get("instances_kept")
+                        alone = (f"; the search alone: {chosen_instances(curve)}, the answers used "
+                                 f"{kept['answers_used']}") if kept else ""
+                        print(f"instance search ({when} claim, {prof['cpu']['cores']} chosen{alone}): {curve}",
+                              flush=True)
                 with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
                     events = json.loads(r.read())["events"]
                 claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
