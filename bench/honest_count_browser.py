@@ -168,29 +168,41 @@ def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[fl
             for counted, view, _ in after_each_roll_call(relay, node_id, count)]
 
 
-def proven(view: dict[str, Any]) -> float | None:
-    """What the node's latest roll-call answer showed (GFLOP/s, before the claim caps it)."""
-    shown = (view.get("trust") or {}).get("proven")
-    return float(shown["gflops_fp32"]) if shown else None
+def observed(relay: RelayProcess, node_id: str, since: float) -> list[tuple[float, float]]:
+    """(when, GFLOP/s) of the node's passed roll-call SGEMM answers since `since` (unix s): the work over the
+    time to its commitment on the relay's clock, before any allowance or cap (web/proof/challenges.py)."""
+    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
+        events = json.loads(r.read())["events"]
+    return [(e["at"], float(e["observed_gflops"])) for e in events if e.get("event") == "challenge"
+            and e.get("roll_call") and e.get("kind") == "sgemm" and e.get("passed") and e["at"] >= since
+            and e.get("observed_gflops")]
+
+
+def profile_times(relay: RelayProcess, node_id: str) -> list[tuple[float, float]]:
+    """(when, claimed GFLOP/s) of each profile the relay holds for the node, in order."""
+    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
+        events = json.loads(r.read())["events"]
+    return [(e["at"], float(e["cpu_gflops"])) for e in events if e.get("event") == "profile"]
 
 
 def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
     """The busy part: a busy loop per core for `count` roll calls; counted over the claim held at each, and
-    what the answers showed (proven GFLOP/s) beside the claim: a new claim far below what the answers showed
-    before it caps what is counted (the relay counts min(claim, shown))."""
+    what the answers did (observed GFLOP/s) beside the new claim: a claim below what the answers do caps what
+    is counted (the relay counts min(claim, shown))."""
 
     spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(os.cpu_count() or 1)]
     for s in spinners:
         s.start()
     try:
-        seen = [(counted, float(view["profile"]["cpu"]["gflops_fp32"]), proven(view) if counted > 0 else None)
+        busy_from = time.time()
+        rows = [(counted, float(view["profile"]["cpu"]["gflops_fp32"]))
                 for counted, view, _ in after_each_roll_call(relay, node_id, count)]
     finally:
         for s in spinners:
             s.terminate()
-    if not seen:
+    if not rows:
         raise SystemExit("no busy roll call was seen")
-    rows, shown = [(c, claim) for c, claim, _ in seen], [g for _, _, g in seen]
+
     first_claim = rows[0][1]
     changed = next((i for i, (_, claim) in enumerate(rows) if claim != first_claim), None)
     before = [c / claim for c, claim in (rows if changed is None else rows[:changed])]
@@ -204,14 +216,17 @@ def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
         print(f"busy: the new claim {rows[changed][1]:.1f} GFLOP/s held from roll call {changed + 1}; counted / it "
               f"over {len(after)} roll calls: median {statistics.median(after):.3f}, min {min(after):.3f}; at >= 0.8: "
               f"{sum(r >= 0.8 for r in after)}/{len(after)}", flush=True)
-        # the answers before the page measured again ran beside the same busy loops, on the workers of the
-        # quiet claim: the new claim against them says whether it claims what the device still does
-        earlier = [g for g in shown[:changed] if g]
-        later = [g for g in shown[changed:] if g]
+        # all beside the same busy loops: before the new claim on the quiet claim's workers, after it on the new
+        # claim's; the new claim against what its own answers did says whether it claims what the device does
+        claimed_at = profile_times(relay, node_id)[1][0]  # the first measurement again (rows[changed])
+        answers = observed(relay, node_id, busy_from)
+        earlier = [g for t, g in answers if t < claimed_at]
+        later = [g for t, g in answers if t > claimed_at]
         if earlier and later:
-            print(f"busy: shown by the answers (GFLOP/s), median before the new claim "
-                  f"{statistics.median(earlier):.1f}, after it {statistics.median(later):.1f}; "
-                  f"new claim / shown before: {rows[changed][1] / statistics.median(earlier):.3f}", flush=True)
+            print(f"busy: observed at the roll calls (GFLOP/s, the same load), median before the new claim "
+                  f"{statistics.median(earlier):.1f} (n={len(earlier)}), after it {statistics.median(later):.1f} "
+                  f"(n={len(later)}); new claim / observed after it: {rows[changed][1] / statistics.median(later):.3f}",
+                  flush=True)
 
 
 def main() -> int:
