@@ -24,8 +24,10 @@ export function challengeAnswerer(module) {
   // its workers after the product in progress (a SharedArrayBuffer: the page is cross-origin isolated)
   const withdrawable = typeof SharedArrayBuffer === "function" && self.crossOriginIsolated === true;
   const halts = new Map(); // challenge id -> Int32Array(1) over a SharedArrayBuffer
+  let worked = 0; // challenges begun: a measurement of the page they overlapped is run again (join.js)
   return {
     withdrawable,
+    get worked() { return worked; },
     // stops the named challenges' work after the product or token in progress (those not begun: at once);
     // returns the ids it stopped (those still being computed)
     halt(ids) {
@@ -50,6 +52,7 @@ export function challengeAnswerer(module) {
         try {
           // withdrawn before its turn came: no work at all (relay.js sends nothing for it)
           if (halt && Atomics.load(halt, 0) !== 0) return { type: "commit", id: m.id, withdrawn: true };
+          worked++;
           if (m.kind === "llm") {
             const [w] = await pool(1);
             const tokens = await call(w, {

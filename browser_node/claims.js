@@ -29,3 +29,10 @@ export function followClaims(py, profile, remeasure, say) {
       .finally(() => { results = []; measuring = false; });
   };
 }
+
+// The workers a roll call's challenge to this profile is split over: one per whole-device instance, at most the
+// relay's challenge_max_instances (64), as web/proof/challenges.py sizes it (capsule/challenge.py challenge_size).
+export function answersWorkers(profile) {
+  const listed = profile.evidence?.cpu?.gflops_fp32?.instances;
+  return Math.max(1, Math.min(64, Array.isArray(listed) && listed.length ? listed.length : profile.cpu.cores || 1));
+}

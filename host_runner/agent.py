@@ -163,7 +163,14 @@ class Agent:
         self.say(f"measuring against beacon round {beacon['round']}")
         try:
             # after a drift the answers' count is kept unless fewer instances do more (capsule/scaling.py)
-            result = measure(self.key, beacon, replace(self.opts, keep_instances=self.answering))
+            opts = replace(self.opts, keep_instances=self.answering)
+            worked = self._challenges_begun()
+            result = measure(self.key, beacon, opts)
+            if self._challenges_begun() != worked and not self.stop.is_set():
+                # a roll call's answer took the cores the measurement was timing: its figure is that share,
+                # and a claim below what the node does caps what is counted until the next drift (15 min)
+                self.say("a challenge was answered during the measurement (it shared the cores): measuring again")
+                result = measure(self.key, beacon, opts)
         except CapsuleError as exc:
             self.say(f"measurement failed: {exc}; retrying after the next interval")
             return remeasure_after_s(beacon["value"], self.key.node_id, self.config)
@@ -249,6 +256,9 @@ class Agent:
             self.probes += 1
             self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): {rtt_ms:.2f} ms")
             return
+
+    def _challenges_begun(self) -> int:
+        return self.session.worked if self.session is not None else 0
 
     def _wait_until_not_answering(self) -> None:
         """Holds a landmark probe back while the live session computes a challenge (up to

@@ -102,6 +102,7 @@ class LiveSession:
         self.warm_llm = warm_llm
         self._reactor_lock = threading.Lock()  # the pooled reactors: one challenge's work at a time
         self._working = 0  # challenges being computed now (CPU, reference model or GPU)
+        self.worked = 0    # challenges begun since the session started (a measurement they overlapped is redone)
         # the challenges being computed, by id, each with the event that stops it: a roll call's challenge may
         # withdraw a solo one ("withdraws"), whose work then stops after the product or token in progress
         self._halts: dict[str, threading.Event] = {}
@@ -140,6 +141,7 @@ class LiveSession:
     def _at_work(self) -> Iterator[None]:
         with self._working_lock:
             self._working += 1
+            self.worked += 1
         try:
             yield
         finally:

@@ -7,7 +7,8 @@ The new measurement is given the instance count the answers use and keeps it unl
 (capsule/scaling.py `keep`): beside one busy loop on two cores, the search's 50% rule alone often drops to one
 instance (two add a third of a core: a rise of ~0.33), and the claim is then ~3/4 of what the answers on
 two instances do at the roll calls. What it claims then is not judged here: with roll calls every 3 s, some fall
-inside the measurement and share its cores (bench/honest_count.py measures the counted figures at a real pace).
+inside the measurement and share its cores (it runs once more, and then registers whatever it read;
+bench/honest_count_browser.py measures the counted figures at a real pace).
 The rule itself is tests/test_scaling_keep.py."""
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def test_a_busy_server_node_measures_again_and_keeps_the_instances_its_answers_u
             eventually(lambda: profile_count(relay, node_id) == 2, 120, "the second profile", log)
             said = log.read_text()
             assert f"below {DRIFT_BELOW:g} of the" in said, said[-3000:]
+            # roll calls every 3 s fall inside a measurement of several seconds: it ran once more, published once
+            assert "a challenge was answered during the measurement" in said, said[-3000:]
 
             events = history(relay, node_id)
             claimed_at = [e["at"] for e in events if e["event"] == "profile"]
