@@ -24,10 +24,12 @@ export function challengeAnswerer(module) {
   // its workers after the product in progress (a SharedArrayBuffer: the page is cross-origin isolated)
   const withdrawable = typeof SharedArrayBuffer === "function" && self.crossOriginIsolated === true;
   const halts = new Map(); // challenge id -> Int32Array(1) over a SharedArrayBuffer
-  let worked = 0; // challenges begun: a measurement of the page they overlapped is run again (join.js)
+  // challenges begun, and being computed now: a measurement of the page they overlapped runs again (join.js)
+  let worked = 0, computing = 0;
   return {
     withdrawable,
     get worked() { return worked; },
+    get computing() { return computing > 0; },
     // stops the named challenges' work after the product or token in progress (those not begun: at once);
     // returns the ids it stopped (those still being computed)
     halt(ids) {
@@ -49,10 +51,11 @@ export function challengeAnswerer(module) {
       const halt = withdrawable ? new Int32Array(new SharedArrayBuffer(4)) : undefined;
       if (halt) halts.set(m.id, halt);
       return inTurn(async () => {
+        let began = false;
         try {
           // withdrawn before its turn came: no work at all (relay.js sends nothing for it)
           if (halt && Atomics.load(halt, 0) !== 0) return { type: "commit", id: m.id, withdrawn: true };
-          worked++;
+          worked++; computing++; began = true;
           if (m.kind === "llm") {
             const [w] = await pool(1);
             const tokens = await call(w, {
@@ -78,7 +81,7 @@ export function challengeAnswerer(module) {
           current = { id: m.id, count: seeds.length };
           return { type: "commit", id: m.id, roots: done.map((d) => d.root), products: done.map((d) => d.products),
                    leaf: high16 ? "high16" : "fp32" };
-        } finally { halts.delete(m.id); }
+        } finally { halts.delete(m.id); if (began) computing--; }
       });
     },
     // {type: "open"} -> {type: "opening"}: the named rows with their proofs, in the order asked

@@ -179,7 +179,8 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
     the search goes past the claim as long as the aggregate keeps rising. A step that did not pay is
     measured once more before the search ends; a small rise sends the search back to the previous count
     once, to tell noise from a gain. keep: the count the node's answers use, for a re-measurement the roll
-    calls prompted; measured after the search, and once more when fewer instances did better."""
+    calls prompted; measured after the search (unless the search chose as many or more), and once more when
+    fewer instances did clearly better."""
     searched = _search_length(curve, reported, config)
     if searched == len(curve):
         k = _searched_next(curve, reported, config)
@@ -187,6 +188,8 @@ def next_instances(curve: Sequence[tuple[int, float | None]], reported: int,
             return k
     if keep is None or not 1 <= keep <= config.max_instances:
         return None
+    if _searched_choice(_best_per_count(curve[:searched]), config) >= keep:
+        return None  # the search found as many instances that pay: keep cannot be chosen
     best = dict(_best_per_count(curve))
     if keep not in best:
         return keep

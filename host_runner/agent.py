@@ -164,9 +164,9 @@ class Agent:
         try:
             # after a drift the answers' count is kept unless fewer instances do more (capsule/scaling.py)
             opts = replace(self.opts, keep_instances=self.answering)
-            worked = self._challenges_begun()
+            worked, busy = self._challenges_begun(), self.session is not None and self.session.answering
             result = measure(self.key, beacon, opts)
-            if self._challenges_begun() != worked and not self.stop.is_set():
+            if (busy or self._challenges_begun() != worked) and not self.stop.is_set():
                 # a roll call's answer took the cores the measurement was timing: its figure is that share,
                 # and a claim below what the node does caps what is counted until the next drift (15 min)
                 self.say("a challenge was answered during the measurement (it shared the cores): measuring again")

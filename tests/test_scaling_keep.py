@@ -76,6 +76,18 @@ def test_a_keep_that_does_less_than_a_count_between_loses_to_the_best_of_those()
     assert chose == 4  # 83 > 1.25 x 61 and more than 2's 80
 
 
+def test_of_the_fewer_counts_the_one_that_did_most_wins_not_the_largest() -> None:
+    curve, chose = search(2, table({1: [40.0], 2: [80.0], 4: [70.0], 8: [50.0]}), 8)
+    assert [k for k, _ in curve] == [1, 2, 4, 4, 8, 8] and chose == 2
+
+
+def test_a_keep_below_the_search_s_choice_is_not_measured() -> None:
+    curve, chose = search(4, lambda k, _: 40.0 * min(k, 16), 1)
+    assert [k for k, _ in curve] == [1, 2, 4, 8, 16, 32, 32] and chose == 16
+    curve, chose = search(8, lambda k, _: 40.0 * min(k, 8), 3)  # 3 is not one of the search's steps
+    assert 3 not in [k for k, _ in curve] and chose == 8
+
+
 def test_keep_above_max_instances_is_not_measured() -> None:
     config = ScalingConfig(max_instances=2)
     curve, chose = search(2, table(WEBKIT_BUSY), 4, config)
