@@ -223,10 +223,11 @@ def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
         earlier = [g for t, g in answers if t < claimed_at]
         later = [g for t, g in answers if t > claimed_at]
         if earlier and later:
+            done = statistics.median(later)
             print(f"busy: observed at the roll calls (GFLOP/s, the same load), median before the new claim "
-                  f"{statistics.median(earlier):.1f} (n={len(earlier)}), after it {statistics.median(later):.1f} "
-                  f"(n={len(later)}); new claim / observed after it: {rows[changed][1] / statistics.median(later):.3f}",
-                  flush=True)
+                  f"{statistics.median(earlier):.1f} (n={len(earlier)}), after it {done:.1f} (n={len(later)}); "
+                  f"new claim / observed after it: {rows[changed][1] / done:.3f}; counted / observed after it "
+                  f"(medians): {statistics.median(c for c, _ in rows[changed:]) / done:.3f}", flush=True)
 
 
 def main() -> int:
