@@ -162,15 +162,9 @@ class Agent:
             return None
         self.say(f"measuring against beacon round {beacon['round']}")
         try:
-            # after a drift the answers' count is kept unless fewer instances do more (capsule/scaling.py)
-            opts = replace(self.opts, keep_instances=self.answering)
-            worked, busy = self._challenges_begun(), self.session is not None and self.session.answering
-            result = measure(self.key, beacon, opts)
-            if (busy or self._challenges_begun() != worked) and not self.stop.is_set():
-                # a roll call's answer took the cores the measurement was timing: its figure is that share,
-                # and a claim below what the node does caps what is counted until the next drift (15 min)
-                self.say("a challenge was answered during the measurement (it shared the cores): measuring again")
-                result = measure(self.key, beacon, opts)
+            # after a drift the answers' count is kept unless fewer instances do more (capsule/scaling.py); a
+            # step the session's answers overlapped runs again (host_runner/step_guard.py)
+            result = measure(self.key, beacon, replace(self.opts, keep_instances=self.answering, answers=self.session))
         except CapsuleError as exc:
             self.say(f"measurement failed: {exc}; retrying after the next interval")
             return remeasure_after_s(beacon["value"], self.key.node_id, self.config)
@@ -256,9 +250,6 @@ class Agent:
             self.probes += 1
             self.say(f"landmark {landmark.relay[-8:]} ({landmark.url}): {rtt_ms:.2f} ms")
             return
-
-    def _challenges_begun(self) -> int:
-        return self.session.worked if self.session is not None else 0
 
     def _wait_until_not_answering(self) -> None:
         """Holds a landmark probe back while the live session computes a challenge (up to

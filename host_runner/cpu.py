@@ -21,6 +21,7 @@ from capsule.plan import instance_seed
 from capsule.probe_report import ProbeReport, Probes, Work
 from capsule.scaling import DEFAULT_SCALING, ScalingConfig, chosen_instances, next_instances, window_rate, work_spans
 from host_runner import stream_size
+from host_runner.step_guard import StepGuard
 from host_runner.wasm import CapsuleError, CommandResult, default_engine, load_module, parse_capsule_report, run_command
 
 # One scaling step: SGEMM only, at least 3 products per instance after the warm-up.
@@ -111,7 +112,8 @@ def schedulable_cpus() -> int:
 
 def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024,
                    config: ScalingConfig = DEFAULT_SCALING, step: Callable[[int, bool], None] | None = None,
-                   keep: int | None = None) -> tuple[list[tuple[int, float | None]], int]:
+                   keep: int | None = None, guard: StepGuard | None = None
+                   ) -> tuple[list[tuple[int, float | None]], int]:
     """The instance search (capsule/scaling.py) with short SGEMM steps: (curve, chosen count). `reported` is
     the platform's core count (or the operator's --instances): a starting point, not a fact. On a server the
     search stops at the schedulable CPUs (a browser cannot know them: WebKit says 4 on 2 cores): beside two busy
@@ -122,21 +124,27 @@ def find_instances(wasm: Path, seed_hex: str, reported: int, sgemm_n: int = 1024
     while (k := next_instances(curve, max(1, reported), config, keep)) is not None:
         if step:
             step(k, False)
-        trial = run_concurrent(wasm, _probe_args(seed_hex, "sgemm", STEP_BUDGET_MS, sgemm_n), k)
+        trial = (guard or StepGuard()).run(
+            lambda: run_concurrent(wasm, _probe_args(seed_hex, "sgemm", STEP_BUDGET_MS, sgemm_n), k))
         rate = window_rate([work_spans(r, "sgemm") for r in trial.reports]).rate
         curve.append((k, None if rate is None else rate / 1e9))
     return curve, chosen_instances(curve, config, max(1, reported), keep)
 
 
 def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: int, probe_budget_ms: int,
-                  sgemm_n: int = 1024, stream_mib: int | None = None) -> ConcurrentRun:
+                  sgemm_n: int = 1024, stream_mib: int | None = None, guard: StepGuard | None = None) -> ConcurrentRun:
     """The whole-CPU probes (sgemm and triad-only stream, in `order`) on `instances` instances at once, one
     report per instance with both probes merged. stream_mib: the STREAM array size (the capsule's default
     when None)."""
     # each probe starts behind its own barrier: with more instances than cores, instances finish SGEMM at
     # different times, and a shared run could leave their STREAM passes without a common window
-    runs = [run_concurrent(wasm, _probe_args(seed_hex, p, probe_budget_ms, sgemm_n, stream_mib), instances)
-            for p in order if p in ("sgemm", "stream")]
+    step = guard or StepGuard()
+
+    def probe_run(probe: str) -> Callable[[], ConcurrentRun]:
+        return lambda: run_concurrent(wasm, _probe_args(seed_hex, probe, probe_budget_ms, sgemm_n, stream_mib),
+                                      instances)
+
+    runs = [step.run(probe_run(p)) for p in order if p in ("sgemm", "stream")]
     run = runs[0]
     for extra in runs[1:]:
         run = ConcurrentRun([_merged(a, b) for a, b in zip(run.reports, extra.reports, strict=True)],
@@ -147,13 +155,14 @@ def whole_cpu_run(wasm: Path, seed_hex: str, order: Sequence[str], instances: in
 def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported: int, budget_ms: int,
                       sgemm_n: int = 1024, config: ScalingConfig = DEFAULT_SCALING,
                       step: Callable[[int, bool], None] | None = None,
-                      available_mb: float | None = None, keep: int | None = None) -> WholeCpu:
+                      available_mb: float | None = None, keep: int | None = None,
+                      guard: StepGuard | None = None) -> WholeCpu:
     """Finds the instance count by measurement, then runs the whole-CPU probes with it (budget_ms in all,
     shared by the probes), STREAM's arrays sized by its rule against this machine's last-level cache."""
-    curve, chosen = find_instances(wasm, seed_hex, reported, sgemm_n, config, step, keep)
+    curve, chosen = find_instances(wasm, seed_hex, reported, sgemm_n, config, step, keep, guard)
     if step:
         step(chosen, True)
     stream_mib, sizing = stream_size.array_mib(chosen, stream_size.last_level_cache(), available_mb)
-    run = whole_cpu_run(wasm, seed_hex, order, chosen, budget_ms // 2, sgemm_n, stream_mib)
+    run = whole_cpu_run(wasm, seed_hex, order, chosen, budget_ms // 2, sgemm_n, stream_mib, guard)
     return WholeCpu(run, [{"instances": k, "gflops_fp32": None if r is None else round(r, 3)} for k, r in curve],
                     chosen, {**sizing, "array_mib": stream_mib})

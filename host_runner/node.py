@@ -24,6 +24,7 @@ from common.keys import NodeKey
 from host_runner import facts as facts_mod
 from host_runner.cpu import measure_whole_cpu
 from host_runner.gpu import probe_all
+from host_runner.step_guard import AnswerWatch, StepGuard
 from host_runner.wasm import CapsuleError, run_command
 
 REF_MODEL = "ce-ref-15m-f32"
@@ -39,6 +40,8 @@ class RunOptions:
     # the instance count the node's answers use: a re-measurement its roll calls prompted keeps it unless
     # fewer instances do more (capsule/scaling.py); None: the search alone decides
     keep_instances: int | None = None
+    # the live session, when measuring again: steps its answers overlapped run again (host_runner/step_guard.py)
+    answers: AnswerWatch | None = None
     scratch: Path | None = None        # default: a temporary directory under the current one
     gpu: bool = True
     jitter: bool = True
@@ -70,19 +73,20 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     reported = opts.instances or info.cores
     budget = str(opts.phase_budget_ms)
     t = time.perf_counter()
+    guard = StepGuard(opts.answers)
     whole = measure_whole_cpu(
         opts.capsule, plan.seed_hex, plan.order, reported, opts.phase_budget_ms,
         step=lambda k, final: step(f"whole CPU: {k} instances (sgemm, STREAM triad)", opts.phase_budget_ms / 1000)
         if final else step(f"whole CPU: how many instances pay? trying {k} (the platform says {reported})", 1.0),
-        available_mb=info.available_mb, keep=opts.keep_instances)
+        available_mb=info.available_mb, keep=opts.keep_instances, guard=guard)
     conc = whole.run
     timings["concurrent_s"] = time.perf_counter() - t
     step("one core alone (sgemm, llm, disk)", opts.phase_budget_ms / 1000 * 1.4)
     t = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ce-bench-scratch-", dir=scratch_parent) as scratch:
-        solo = run_command(opts.capsule, ["--probes", "sgemm,llm,disk", "--seed", plan.seed_hex,
-                                          "--budget-ms", budget, "--soft-budget"],
-                           scratch=Path(scratch)).probe_report("the solo capsule run")
+        solo = guard.run(lambda: run_command(opts.capsule, ["--probes", "sgemm,llm,disk", "--seed", plan.seed_hex,
+                                                            "--budget-ms", budget, "--soft-budget"],
+                                             scratch=Path(scratch)).probe_report("the solo capsule run"))
     timings["solo_s"] = time.perf_counter() - t
     gpus: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -100,6 +104,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
     figures.evidence["cpu"]["reported_cores"] = {"value": reported, "source": "--instances" if opts.instances
                                                  else "psutil.cpu_count(logical=False)", "trusted": False,
                                                  "note": "cpu.cores is the instance count the measurement chose"}
+    figures.evidence["cpu"]["steps_run_again"] = guard.run_again if opts.answers is not None else None
     if opts.keep_instances is not None:
         figures.evidence["cpu"]["instances_kept"] = kept_note(opts.keep_instances, whole.instances)
     figures.evidence["cpu"]["mem_bw_gbps"]["pages"] = facts_mod.huge_pages_note()
