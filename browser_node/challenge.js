@@ -24,7 +24,7 @@ export function challengeAnswerer(module) {
   // its workers after the product in progress (a SharedArrayBuffer: the page is cross-origin isolated)
   const withdrawable = typeof SharedArrayBuffer === "function" && self.crossOriginIsolated === true;
   const halts = new Map(); // challenge id -> Int32Array(1) over a SharedArrayBuffer
-  // challenges begun, and being computed now: a measurement of the page they overlapped runs again (join.js)
+  // challenges begun, and being computed now: a measurement step they overlapped runs again (join.js runAll)
   let worked = 0, computing = 0;
   return {
     withdrawable,
