@@ -168,20 +168,22 @@ def counted_over_claim(relay: RelayProcess, node_id: str, count: int) -> list[fl
             for counted, view, _ in after_each_roll_call(relay, node_id, count)]
 
 
-def observed(relay: RelayProcess, node_id: str, since: float) -> list[tuple[float, float]]:
+def history(relay: RelayProcess, node_id: str) -> list[dict[str, Any]]:
+    """The node's history events as the relay keeps them (profiles and challenges, oldest first)."""
+    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
+        return list(json.loads(r.read())["events"])
+
+
+def observed(events: list[dict[str, Any]], since: float) -> list[tuple[float, float]]:
     """(when, GFLOP/s) of the node's passed roll-call SGEMM answers since `since` (unix s): the work over the
     time to its commitment on the relay's clock, before any allowance or cap (web/proof/challenges.py)."""
-    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
-        events = json.loads(r.read())["events"]
     return [(e["at"], float(e["observed_gflops"])) for e in events if e.get("event") == "challenge"
             and e.get("roll_call") and e.get("kind") == "sgemm" and e.get("passed") and e["at"] >= since
             and e.get("observed_gflops")]
 
 
-def profile_times(relay: RelayProcess, node_id: str) -> list[tuple[float, float]]:
+def profile_times(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """(when, claimed GFLOP/s) of each profile the relay holds for the node, in order."""
-    with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
-        events = json.loads(r.read())["events"]
     return [(e["at"], float(e["cpu_gflops"])) for e in events if e.get("event") == "profile"]
 
 
@@ -218,8 +220,9 @@ def busy_roll_calls(relay: RelayProcess, node_id: str, count: int) -> None:
               f"{sum(r >= 0.8 for r in after)}/{len(after)}", flush=True)
         # all beside the same busy loops: before the new claim on the quiet claim's workers, after it on the new
         # claim's; the new claim against what its own answers did says whether it claims what the device does
-        claimed_at = profile_times(relay, node_id)[1][0]  # the first measurement again (rows[changed])
-        answers = observed(relay, node_id, busy_from)
+        events = history(relay, node_id)
+        claimed_at = profile_times(events)[1][0]  # the first measurement again (rows[changed])
+        answers = observed(events, busy_from)
         earlier = [g for t, g in answers if t < claimed_at]
         later = [g for t, g in answers if t > claimed_at]
         if earlier and later:
@@ -264,9 +267,8 @@ def main() -> int:
                                  f"{kept['answers_used']}") if kept else ""
                         print(f"instance search ({when} claim, {prof['cpu']['cores']} chosen{alone}): {curve}",
                               flush=True)
-                with urllib.request.urlopen(f"{relay.url}/v1/nodes/{node_id}/history?limit=500", timeout=30) as r:
-                    events = json.loads(r.read())["events"]
-                claims = [round(float(e["cpu_gflops"]), 1) for e in events if e.get("event") == "profile"]
+                events = history(relay, node_id)
+                claims = [round(claim, 1) for _, claim in profile_times(events)]
                 codes = challenges_by_outcome(events)
                 print(f"claims registered, in order: {claims} (measured again {len(claims) - 1} time(s)); the page "
                       f"says: {tab.claims_line()!r}; challenges by outcome: {codes}; trust at the end: "

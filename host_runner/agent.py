@@ -110,7 +110,7 @@ class Agent:
         self.results_seen = 0                     # the session's results read when that claim was made
         self.drift_at = float("-inf")             # monotonic time of the last measurement drift started
         self.answers_instances: int | None = None  # the instances a roll call's challenge splits over
-        self.answering: int | None = None         # set by a drift: that count, for the measurement to keep
+        self.keep_instances: int | None = None    # set by a drift: that count, for the measurement to keep
         self.libp2p: Any = None                   # common.libp2p_host.Libp2pHost once started
 
     def start_libp2p(self) -> list[str]:
@@ -164,7 +164,8 @@ class Agent:
         try:
             # after a drift the answers' count is kept unless fewer instances do more (capsule/scaling.py); a
             # step the session's answers overlapped runs again (host_runner/step_guard.py)
-            result = measure(self.key, beacon, replace(self.opts, keep_instances=self.answering, answers=self.session))
+            opts = replace(self.opts, keep_instances=self.keep_instances, answers=self.session)
+            result = measure(self.key, beacon, opts)
         except CapsuleError as exc:
             self.say(f"measurement failed: {exc}; retrying after the next interval")
             return remeasure_after_s(beacon["value"], self.key.node_id, self.config)
@@ -174,7 +175,7 @@ class Agent:
         if not self._publish(result.profile):
             return None
         self.claimed_gflops = result.profile["cpu"].get("gflops_fp32")
-        self.answering = None
+        self.keep_instances = None
         shape = challenge_shape(result.profile)
         self.answers_instances = shape[0] if shape is not None else None  # what a roll call splits over
         self.results_seen = len(self.session.results) if self.session is not None else 0
@@ -214,7 +215,7 @@ class Agent:
             reason = drift(list(session.results)[self.results_seen:], self.claimed_gflops, self.config.drift)
             if reason is not None:
                 self.drift_at = time.monotonic()
-                self.answering = self.answers_instances
+                self.keep_instances = self.answers_instances
                 self.say(f"{reason}: measuring again now")
                 return
 

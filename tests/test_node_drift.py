@@ -24,12 +24,8 @@ from capsule.scaling import DEFAULT_SCALING, ScalingConfig, chosen_instances
 from host_runner.cpu import schedulable_cpus
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess
+from tests.test_join_claims import DRIFT_BELOW, RELAY  # roll calls every 3 s, no solo challenges; 0.8
 from tests.test_promises_relay import eventually, node_id_of, start_node
-
-# roll calls every 3 s (rounds of 1 s); no solo challenges: what the node reads is roll-call answers
-RELAY = ["--beacon-interval", "1", "--roll-call-interval-s", "3", "--roll-call-min-gap-s", "3",
-         "--roll-call-target-s", "1", "--challenge-first-after", "100000"]
-DRIFT_BELOW = 0.8  # capsule/claim_drift.py DriftConfig.low, written out: what the README promises
 
 
 def history(relay: RelayProcess, node_id: str) -> list[dict[str, Any]]:
