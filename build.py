@@ -57,11 +57,14 @@ class Target:
     output: str
     sources: list[str]
     extra_flags: list[str]
+    source_dir: Path = KERNELS
 
 
 TARGETS = [
     Target("capsule.wasm", COMMAND_SOURCES, []),
     Target("capsule-reactor.wasm", REACTOR_SOURCES, ["-mexec-model=reactor", "-DCE_REACTOR"]),
+    # a sample WASI command for dispatched jobs (docs/jobs.md; the tests and bench/dispatch.py run it)
+    Target("work.wasm", ["work.c"], [], ROOT / "examples"),
 ]
 
 
@@ -83,7 +86,7 @@ def inputs_digest(target: Target) -> str:
     digest = hashlib.sha256()
     digest.update(" ".join(COMMON_FLAGS + target.extra_flags).encode())
     digest.update(ZIG_VERSION.encode())
-    for path in sorted(KERNELS.glob("*.[ch]")):
+    for path in sorted(target.source_dir.glob("*.[ch]")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -100,7 +103,7 @@ def build_target(target: Target, force: bool) -> Path:
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "ce-bench" / "zig"))
     cmd = [
         *zig_command(), "cc", "-target", "wasm32-wasi", *COMMON_FLAGS, *target.extra_flags,
-        *(str(KERNELS / s) for s in target.sources), "-o", str(output),
+        *(str(target.source_dir / s) for s in target.sources), "-o", str(output),
     ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if result.returncode != 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from capsule.job_records import JobCancel, JobRequest, TaskReceipt
 from capsule.peerid import public_key_from_peer_id
 from capsule.typed import I_JSON_MAX_INT, spec
 
@@ -298,4 +299,7 @@ REGISTRY: dict[str, RecordKind] = {
     "LiveDigest": RecordKind(LiveDigest, (("sig", "relay"),)),
     "Scoreboard": RecordKind(Scoreboard, (("sig", "relay"),)),
     "Handoff": RecordKind(Handoff, (("sig", "relay"),)),
+    "JobRequest": RecordKind(JobRequest, (("sig", "submitter"),)),  # dispatched work: capsule/job_records.py
+    "JobCancel": RecordKind(JobCancel, (("sig", "submitter"),)),
+    "TaskReceipt": RecordKind(TaskReceipt, (("sig", "node_id"),)),
 }

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from capsule.job_records import JobManifestV2
 from capsule.model import REGISTRY
 from capsule.probe_report import ProbeReport
 from capsule.typed import json_schema
 
 # the signed records, and the capsule's output
-DOCUMENTS: dict[str, type] = {**{k: v.cls for k, v in REGISTRY.items()}, "ProbeReport": ProbeReport}
+DOCUMENTS: dict[str, type] = {**{k: v.cls for k, v in REGISTRY.items()}, "ProbeReport": ProbeReport,
+                              "JobManifest": JobManifestV2}
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 

@@ -5,6 +5,7 @@ other)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -35,6 +36,9 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
     check_nats(config)  # NATS credentials: read and tried before the relay starts (a one-line error)
     capsule = checked_capsule(DEFAULT_CAPSULE)
     key = load_key()
+    # the machine's own key may submit jobs to its relay (docs/jobs.md)
+    config = dataclasses.replace(config, jobs=dataclasses.replace(
+        config.jobs, submitters=tuple(dict.fromkeys([*config.jobs.submitters, key.node_id]))))
     files = tls_files(config, tls)
     context = trust_certificate(files[0]) if files else None
     server = threading.Thread(target=serve, args=(config, log_level, files), daemon=True)

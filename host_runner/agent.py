@@ -64,6 +64,9 @@ class AgentConfig:
     # and identify for any peer; its multiaddrs go to the relay on the live session.
     libp2p_listen: str | None = "/ip4/0.0.0.0/tcp/0"
     libp2p_announce: tuple[str, ...] = ()
+    # Dispatched work (docs/jobs.md): tasks of CE jobs the relay places on this node run in this many threads at
+    # once (each a core at most), under the limits of their manifest; 0: the node takes no work.
+    job_slots: int = 1
 
 
 def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> float:
@@ -195,7 +198,7 @@ class Agent:
                                        say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
                                        warm=challenge_shape(result.profile),
                                        warm_llm=bool((result.profile.get("llm") or {}).get("tokens_per_sec")),
-                                       libp2p=self.libp2p).start()
+                                       libp2p=self.libp2p, job_slots=self.config.job_slots).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)

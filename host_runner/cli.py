@@ -145,9 +145,14 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
 @click.option("--libp2p-announce", multiple=True, metavar="MULTIADDR",
               help="a multiaddr announced instead of the listening ones (a public address in front of NAT)")
 @click.option("--no-libp2p", is_flag=True, help="run no libp2p host")
+@click.option("--accept-jobs/--no-jobs", default=True, show_default=True,
+              help="run tasks of CE jobs the relay places on this node (WASI modules under their manifest's limits, "
+                   "docs/jobs.md)")
+@click.option("--job-slots", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="tasks run at once (each takes at most one core)")
 def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
              no_jitter: bool, landmark_interval_s: float, peer_probes: bool, libp2p_listen: str,
-             libp2p_announce: tuple[str, ...], no_libp2p: bool) -> None:
+             libp2p_announce: tuple[str, ...], no_libp2p: bool, accept_jobs: bool, job_slots: int) -> None:
     """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
     import signal
 
@@ -165,7 +170,7 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
             raise click.BadParameter(problem, param_hint="--libp2p-listen / --libp2p-announce")
     config = AgentConfig(remeasure_s=remeasure_h * 3600, landmark_interval_s=landmark_interval_s,
                          peer_probes=peer_probes, libp2p_listen=None if no_libp2p else libp2p_listen,
-                         libp2p_announce=libp2p_announce)
+                         libp2p_announce=libp2p_announce, job_slots=job_slots if accept_jobs else 0)
     agent = Agent(relay, key, opts, config,
                   say=lambda line: click.echo(f"ce-bench node: {line}", err=True))
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -257,7 +262,75 @@ def keys_rotate() -> None:
 
 @main.group()
 def job() -> None:
-    """Run the capsule the way the CE network dispatches it."""
+    """CE jobs: run the capsule as a job here, or submit work to a relay that places it on proven nodes."""
+
+
+@job.command("submit")
+@click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--relay", metavar="URL", required=True, help="the relay that takes the job")
+@click.option("--wait", is_flag=True, help="follow the job until it ends; exit 0 only if every task was accepted")
+@click.option("--json", "json_out", is_flag=True, help="print JSON (the job's id; with --wait, its final state)")
+def job_submit(manifest: Path, relay: str, wait: bool, json_out: bool) -> None:
+    """Submit a job MANIFEST (v2, docs/jobs.md) signed with this machine's key; prints the job id."""
+    from host_runner.job_client import JobClient, follow, read_manifest
+
+    body, blobs = read_manifest(manifest)
+    client = JobClient(relay)
+    answer = client.submit(body, blobs, load_key())
+    if not wait:
+        click.echo(json.dumps(answer) if json_out else answer["id"])
+        return
+    if not json_out:
+        click.echo(f"job {answer['id']}: {answer['tasks']} task(s)", err=True)
+    _job_end(follow(client, answer["id"], json_out), json_out)
+
+
+def _job_end(state: dict[str, Any], json_out: bool) -> None:
+    if json_out:
+        click.echo(json.dumps(state, indent=2))
+    else:
+        counts = state.get("counts") or {}
+        click.echo(f"job {state['id']} {state['state']}: {counts.get('done', 0)} accepted, "
+                   f"{counts.get('failed', 0)} failed, {counts.get('cancelled', 0)} cancelled")
+        for task in state.get("tasks") or []:
+            if task["state"] == "failed":
+                click.echo(f"  task {task['task']} failed: {task['error']}")
+    if state["state"] != "done":
+        raise SystemExit(1)
+
+
+@job.command("status")
+@click.argument("job_id")
+@click.option("--relay", metavar="URL", required=True)
+@click.option("--follow", "follow_", is_flag=True, help="follow the job until it ends")
+@click.option("--json", "json_out", is_flag=True)
+def job_status(job_id: str, relay: str, follow_: bool, json_out: bool) -> None:
+    """The job's state and, per task, its node, attempts, exit code and output."""
+    from host_runner.job_client import JobClient, follow
+
+    client = JobClient(relay)
+    state = follow(client, job_id, json_out) if follow_ else client.status(job_id)
+    if json_out or follow_:
+        _job_end(state, json_out)
+        return
+    counts = state.get("counts") or {}
+    click.echo(f"job {state['id']} {state['state']}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for task in state.get("tasks") or []:
+        where = task.get("node_id") or "-"
+        click.echo(f"  task {task['task']:>5} {task['state']:<9} node {where[:20]} attempts {len(task['attempts'])}"
+                   + (f" exit {task['exit_code']}" if task.get("exit_code") is not None else "")
+                   + (f" error: {task['error']}" if task.get("error") else ""))
+
+
+@job.command("cancel")
+@click.argument("job_id")
+@click.option("--relay", metavar="URL", required=True)
+def job_cancel(job_id: str, relay: str) -> None:
+    """Cancel a job you submitted: tasks not finished stop."""
+    from host_runner.job_client import JobClient
+
+    state = JobClient(relay).cancel(job_id, load_key())
+    click.echo(f"job {state['id']} {state['state']}")
 
 
 @job.command("run")

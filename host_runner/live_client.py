@@ -31,6 +31,7 @@ from host_runner.wasm import CapsuleError
 if TYPE_CHECKING:
     from host_runner.gpu_answer import GpuAnswer, GpuContext
     from host_runner.peer_probe import PeerProber
+    from host_runner.task_worker import TaskWorker
 
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
 # (pool, seed, decode, stop_at, halt) -> tokens
@@ -75,7 +76,8 @@ class LiveSession:
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
                  gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
                  peer_probes: bool = False, warm: tuple[int, int, int] | None = None,
-                 warm_llm: bool = False, libp2p: Any = None) -> None:
+                 warm_llm: bool = False, libp2p: Any = None, job_slots: int = 0,
+                 task_tamper: Any = None) -> None:
         # this node's libp2p host (common/libp2p_host.py): its multiaddrs are announced after the first heartbeat,
         # and brokered probes with another server go over libp2p ping
         self.libp2p = libp2p
@@ -120,6 +122,14 @@ class LiveSession:
         self.errors: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-session", daemon=True)
+        # dispatched work (host_runner/task_worker.py): tasks in `job_slots` threads, 0 takes none
+        self.tasks: TaskWorker | None = None
+        if job_slots > 0:
+            from host_runner.task_worker import BlobCache, TaskWorker, http_fetcher
+
+            self.tasks = TaskWorker(signer, self._send_current,
+                                    BlobCache(http_fetcher(lambda: self.relay_url, ssl_context)), job_slots, say,
+                                    task_tamper)
         # node-to-node probes the relay brokers (host_runner/peer_probe.py; aiortc), when taking part
         self.peers: PeerProber | None = None
         if peer_probes:
@@ -153,6 +163,8 @@ class LiveSession:
         self._thread.join(timeout=5)
         if self.peers is not None:
             self.peers.stop()
+        if self.tasks is not None:
+            self.tasks.stop()
 
     def _send_current(self, message: dict[str, Any]) -> None:
         """Sends on whichever connection is current (the peer prober's thread outlives reconnects)."""
@@ -463,6 +475,8 @@ class LiveSession:
                     seq += 1
                     if seq == 1 and self.multiaddrs:  # after the heartbeat that names this node
                         self._send(ws, {"type": "libp2p", "multiaddrs": self.multiaddrs})
+                    if seq == 1 and self.tasks is not None:  # offers its slots for dispatched work
+                        self._send(ws, self.tasks.hello())
                     if seq == 1 and self.peers is not None:
                         transports = ["libp2p", "webrtc"] if self.multiaddrs else ["webrtc"]
                         self._send(ws, {"type": "peers", "transports": transports})
@@ -495,5 +509,7 @@ class LiveSession:
                         self.say(f"trust: {message.get('status')} ({message.get('reason')})")
                 elif message.get("type") in ("peer_probe", "peer_answer", "peer_done") and self.peers is not None:
                     self.peers.handle(message)
+                elif message.get("type") in ("task", "task_cancel") and self.tasks is not None:
+                    self.tasks.handle(message)
                 elif message.get("type") == "error":
                     self.errors.append(message)

@@ -17,6 +17,7 @@ import click
 from common.errors import UserError
 from common.keys import KeyFileError
 from web.config import RelayConfig
+from web.jobs.config import JobsConfig
 
 DEFAULTS = RelayConfig()
 
@@ -140,6 +141,9 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cluster-peer", "cluster_peers", multiple=True, metavar="RELAY_ID",
                      help="another relay of this NATS cluster (its relay id, 12D3KooW...; repeatable): its roll "
                           "calls, beacon and challenge transcripts are believed once re-checked"),
+        click.option("--job-submitter", "job_submitters", multiple=True, metavar="PEER_ID",
+                     help="a key allowed to submit jobs to this relay (its NodeId, 12D3KooW...; repeatable). "
+                          "Without one the relay takes no jobs (docs/jobs.md)"),
         click.option("--public-url", metavar="URL", help="the address nodes reach this relay at (http[s]://HOST:PORT), "
                      "announced to the cluster: nodes of the other relays probe it as a landmark"),
         click.option("--libp2p-listen", metavar="MULTIADDR", callback=_multiaddr_option,
@@ -160,7 +164,7 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(host: str, port: int, data_dir: Path, nats: str | None, nats_user: str | None,
                 nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
                 cluster_peers: tuple[str, ...], region: str | None, nats_domain: str | None,
-                public_url: str | None, libp2p_listen: str | None,
+                public_url: str | None, libp2p_listen: str | None, job_submitters: tuple[str, ...],
                 libp2p_announce: tuple[str, ...], no_libp2p: bool, **kwargs: Any) -> Any:
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
@@ -168,7 +172,8 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                              libp2p_listen=None if no_libp2p else libp2p_listen or default_libp2p_listen(host),
                              libp2p_announce=libp2p_announce,
                              trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers),
-                             region=region, nats_domain=nats_domain, **tunables)
+                             region=region, nats_domain=nats_domain,
+                             jobs=JobsConfig(submitters=tuple(job_submitters)), **tunables)
         return fn(config=config, log_level=log_level, tls=tls, **kwargs)
 
     command: Callable[..., Any] = wrapper

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from web.jobs.config import JobsConfig
+
 
 @dataclass(frozen=True)
 class RelayConfig:
@@ -30,6 +32,8 @@ class RelayConfig:
     # landmarks' own mesh, on which the coordinate fit places every node (web/map/links.py).
     landmark_mesh_interval_s: float = 60.0
     nats_bucket: str = "ce-atlas"
+    # Dispatched work (web/jobs/config.py: submitters, quotas, audit share, deadlines)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
     # A cluster that grows by region (web/cluster/regions.py, docs/cluster.md "Regions"): this relay's region. Its
     # liveness digests, link samples and challenge transcripts stay on the region's subjects (NATS forwards
     # them over a leaf connection only where someone subscribes), and its roll-call totals are published for

@@ -24,6 +24,9 @@ from web.api.verify_pool import VerifyPool
 from web.beacon import next_round
 from web.config import RelayConfig
 from web.gc_policy import GcPolicy
+from web.jobs.desk import JobDesk
+from web.jobs.job_store import JobStore
+from web.jobs.relay_view import RelayNodeView
 from web.map.atlas import Atlas
 from web.map.links import LinkBook, fitted_book, worth_gossiping
 from web.map.peer_desk import PeerDesk
@@ -58,6 +61,11 @@ class Relay:
         self.core = Core(config, self.key, self.store, self.atlas, self.beacons, self.metrics)
         self.outbox = Outbox(self.relay_id)  # the cluster and the mesh, once each is up
         self.challenges = ChallengeDesk(self.core, self.outbox)
+        # dispatched work: its own SQLite file, and a NodeView of the map instead of the relay (web/jobs/ports.py)
+        self.job_store = JobStore(config.data_dir / "jobs.sqlite")
+        self.jobs = JobDesk(config.jobs, self.job_store,
+                            RelayNodeView(self.atlas, self.challenges, self.links, self.beacons, self.store,
+                                          config.region, config.history_kept))
         self.peers = PeerDesk(config, self.links, self.multiaddrs, self.add_link)  # node-to-node probes
         self.metrics.peer_probes = self.peers.broker.outcomes
         # no burst: probes that leave together queue behind each other on the relay's uplink (measured: 64 at
@@ -104,7 +112,9 @@ class Relay:
         self.challenges.roll.load([json.loads(body) for _, _, body in
                                    reversed(self.store.history(STORE_KEY, self.config.roll_calls_kept))])
         await self.issue_beacon()
-        self._tasks = [asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
+        self.jobs.load(time.time())
+        self._tasks = [asyncio.create_task(self.jobs.run()),
+                       asyncio.create_task(self._every(self.config.beacon_interval_s, self.issue_beacon)),
                        asyncio.create_task(self._every(self.config.sweep_interval_s, self._sweep)),
                        asyncio.create_task(self._every(1.0, self.challenges.tick)),
                        asyncio.create_task(self._every(1.0, self.peers.tick)),
@@ -171,6 +181,7 @@ class Relay:
             await self.mesh.stop()
         self.verifier.close()
         self.store.close()
+        self.job_store.close()
 
     async def _collect(self) -> None:
         self.gc.tick(time.monotonic())

@@ -27,6 +27,7 @@ from web.api.openapi import document
 from web.api.problems import Problem
 from web.api.static import IsolationHeaders
 from web.config import RelayConfig
+from web.jobs.endpoints import ROUTES as JOB_ROUTES
 from web.map.probe_endpoint import probe
 from web.map.stats import FabricStats
 from web.proof.checks import odds as check_odds
@@ -371,7 +372,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/v1/relays", relays),
         Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
         Route("/nodes/{node_id}", node_page),
-        WebSocketRoute("/v1/live", live), WebSocketRoute("/v1/probe", probe)]
+        WebSocketRoute("/v1/live", live), WebSocketRoute("/v1/probe", probe), *JOB_ROUTES]
     if (WEB_BUNDLE / "index.html").exists():  # the browser node's pages (python build.py)
         routes.append(Mount("/", StaticFiles(directory=WEB_BUNDLE, html=True)))
     else:
@@ -385,5 +386,6 @@ def create_app(config: RelayConfig) -> Starlette:
         lifespan=lifespan,
     )
     app.state.relay = relay
+    app.state.jobs = relay.jobs  # web/jobs/endpoints.py asks for the job desk only
     return app
 

@@ -436,6 +436,14 @@ class ChallengeDesk:
             return
         await self._finish(who, ch, False, exc.code, exc.detail)
 
+    async def record_failure(self, node_id: str, code: str, detail: str) -> None:
+        """A failure found outside a challenge (a dispatched task's output that lost its quorum: web/jobs/), in
+        the node's trust and history."""
+        now = time.time()
+        self.trust.setdefault(node_id, Trust(decayed_at=now)).record(False, code, None, now, self.config)
+        self.refresh(node_id, now)
+        await self._store(node_id, now, {"passed": False, "code": code, "detail": detail, "kind": "job"})
+
     async def _record_failure_without_challenge(self, who: Challengee, exc: ChallengeError) -> None:
         """A reply naming no challenge in flight still counts against the node; it is also a bad message of
         the session (LiveError), so a client repeating it is closed after MAX_ERRORS instead of writing

@@ -32,7 +32,8 @@ from web.config import RelayConfig
 # Failure weights by code: a wrong answer is evidence of cheating; a late or missing one may be a network
 # hiccup or a busy phone, so several must pile up before they flag a node.
 WRONG_ANSWER_CODES = frozenset({"wrong_proof", "wrong_rows", "wrong_tokens", "malformed_commit", "malformed_opening",
-                                "implausible_observation"})
+                                "implausible_observation", "wrong_output"})  # wrong_output: a dispatched task's
+# output that lost its quorum (web/jobs/)
 
 
 # A client of an older protocol (a reference-model token hash, web/proof/challenges.py parse_tokens): it proves

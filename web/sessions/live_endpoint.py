@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from common.multiaddrs import parse_multiaddrs
 from web.api.problems import Problem
+from web.jobs.desk import ResultError
 from web.map.links import landmark_sample_due
 from web.proof.challenge_desk import Challengee
 from web.relay import Relay
@@ -165,6 +166,29 @@ def opening_due(conn: Connection) -> bool:
                                    for ch in who.challenges.values())
 
 
+async def on_jobs(conn: Connection, message: dict[str, Any]) -> None:
+    """The node offers `slots` for dispatched work (web/jobs/; 0 withdraws): after its heartbeat."""
+    slots = message.get("slots")
+    if conn.session.node_id is None:
+        raise LiveError("invalid_message", "send a heartbeat before jobs: the slots are the session's node's")
+    if type(slots) is not int or not 0 <= slots <= 256:
+        raise LiveError("invalid_message", f"jobs: slots is an integer 0-256, not {slots!r:.40}")
+    conn.relay.jobs.join(conn.session.session, conn.session.node_id, conn.address, slots, conn.send)
+
+
+async def on_task_result(conn: Connection, message: dict[str, Any]) -> None:
+    node_id = conn.session.node_id
+    if node_id is None:
+        raise LiveError("invalid_message", "send a heartbeat before task results")
+    try:
+        await conn.relay.jobs.on_result(node_id, message)
+    except ResultError as exc:
+        if exc.code == "stale_result":  # a late answer of an attempt given up: said, not held against the session
+            await conn.send({"type": "error", "code": exc.code, "detail": exc.detail})
+            return
+        raise LiveError(exc.code, exc.detail) from None
+
+
 async def on_peers(conn: Connection, message: dict[str, Any]) -> None:
     await conn.relay.peers.on_peers(conn.session.session, conn.session.node_id, conn.send, message)
 
@@ -187,7 +211,7 @@ async def on_peer_failed(conn: Connection, message: dict[str, Any]) -> None:
 
 HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     "heartbeat": on_heartbeat, "pong": on_pong, "bw_ack": on_bw_ack, "cosigned": on_cosigned, "hello": on_hello,
-    "libp2p": on_libp2p,
+    "libp2p": on_libp2p, "jobs": on_jobs, "task_result": on_task_result,
     "commit": on_commit, "opening": on_opening, "peers": on_peers, "peer_offer": on_peer_offer,
     "peer_answer": on_peer_answer, "peer_sample": on_peer_sample, "peer_failed": on_peer_failed}
 
@@ -300,5 +324,6 @@ async def session(conn: Connection) -> None:
     finally:
         ping_task.cancel()
         relay.challenges.bye(conn.session.session)
+        relay.jobs.leave(conn.session.session)  # its running tasks are placed again
         relay.metrics.ws_sessions -= 1
         await relay.peers.bye(conn.session.session)  # last: it sends (the other side of a probe in flight)

@@ -1,0 +1,387 @@
+"""Every job a relay holds, as pure state (no I/O; time passed in): placing tasks, taking results, moving work
+off nodes that dropped, and the verdicts a quorum gives. The desk (web/jobs/desk.py) carries out what each call
+returns: the attempts to send, and the rows to store.
+
+A task wants `replicas` agreeing outputs: the manifest's redundancy R, or 2 when an R = 1 task is audited, one
+more each time the replicas disagree without a majority (at most max(3, R + 2)). An attempt is
+(job, task, attempt number): a result names it, so a late result of an attempt given up is ignored, and no task
+is ever counted twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from capsule.job_records import JobManifestV2, TaskSpec
+from web.jobs.config import JobsConfig
+from web.jobs.rules import Candidate, Ranked, audit_drawn, majority, rank
+
+TERMINAL = ("done", "failed", "cancelled")
+
+
+@dataclass
+class Attempt:
+    n: int
+    node_id: str
+    address: str
+    placed_at: float
+    reason: str
+    state: str = "running"          # running | done | lost (session closed) | expired (deadline) | cancelled
+    exit_code: int | None = None
+    output_sha256: str | None = None
+    error: str | None = None
+    wall_ms: float | None = None
+    receipt: dict[str, Any] | None = None
+    verdict: str | None = None      # agreed | wrong | unchecked (set when the task is decided)
+    ended_at: float | None = None
+
+    @property
+    def output(self) -> tuple[int, str] | None:
+        if self.state != "done" or self.error is not None or self.exit_code is None or self.output_sha256 is None:
+            return None
+        return (self.exit_code, self.output_sha256)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.n, "node_id": self.node_id, "state": self.state, "placed_at": self.placed_at,
+                "reason": self.reason, "exit_code": self.exit_code, "output_sha256": self.output_sha256,
+                "error": self.error, "wall_ms": self.wall_ms, "verdict": self.verdict, "ended_at": self.ended_at,
+                "receipt": self.receipt}
+
+
+@dataclass
+class Task:
+    index: int
+    spec: TaskSpec
+    replicas: int
+    state: str = "queued"           # queued | running | done | failed | cancelled
+    attempts: list[Attempt] = field(default_factory=list)
+    audited: bool | None = None     # decided at the first placement (R = 1 only)
+    exit_code: int | None = None
+    output_sha256: str | None = None
+    stdout: bytes | None = None     # the accepted output (within output_bytes)
+    error: str | None = None
+    outputs: dict[str, bytes] = field(default_factory=dict)  # sha256 -> stdout, until the task is decided
+
+    def running(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.state == "running"]
+
+    def wanted(self) -> int:
+        """Attempts to place now."""
+        if self.state in TERMINAL:
+            return 0
+        return max(0, self.replicas - len(self.running()) - sum(1 for a in self.attempts if a.output is not None))
+
+
+@dataclass
+class Job:
+    id: str
+    submitter: str
+    manifest: JobManifestV2
+    request: dict[str, Any]
+    created_at: float
+    seed: str                       # the beacon value at submission with the job's secret (rules.draw)
+    secret_sha256: str              # published from the start; the secret itself once the job ends
+    secret: str
+    audit_share: float
+    state: str = "queued"           # queued | running | done | failed | cancelled
+    tasks: list[Task] = field(default_factory=list)
+    pool: list[str] = field(default_factory=list)  # the nodes the job spreads on (placement.nodes of them)
+    finished_at: float | None = None
+    events: deque[dict[str, Any]] = field(default_factory=deque)
+    seq: int = 0
+
+    def counts(self) -> dict[str, int]:
+        counts = Counter(t.state for t in self.tasks)
+        return {k: counts.get(k, 0) for k in ("queued", "running", "done", "failed", "cancelled")}
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.id, "state": self.state, "kind": self.manifest.kind, "submitter": self.submitter,
+                "created_at": self.created_at, "finished_at": self.finished_at, "counts": self.counts(),
+                "nodes": list(self.pool)}
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """An attempt to send to its node now."""
+
+    job: Job
+    task: Task
+    attempt: Attempt
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A node's output was compared with others': `agreed`, or `wrong` (it lost the majority)."""
+
+    node_id: str
+    job_id: str
+    task: int
+    attempt: int
+    agreed: bool
+
+
+@dataclass
+class Changes:
+    """What one call changed, for the desk to store and act on."""
+
+    attempts: list[tuple[Job, Task, Attempt]] = field(default_factory=list)
+    tasks: list[tuple[Job, Task]] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    cancel: list[tuple[str, str]] = field(default_factory=list)  # (node_id, job_id): stop its queued tasks
+
+
+class JobBook:
+    def __init__(self, config: JobsConfig) -> None:
+        self.config = config
+        self.jobs: dict[str, Job] = {}
+        self.active: list[str] = []                 # jobs with tasks not finished, oldest first
+        self.running: Counter[str] = Counter()      # node -> attempts running there, of every job
+        self.checked: Counter[str] = Counter()      # node -> its outputs another node confirmed
+
+    # --- jobs ----------------------------------------------------------------------------------------
+
+    def add(self, job: Job, now: float) -> None:
+        if not job.tasks:
+            job.tasks = [Task(i, spec, job.manifest.placement.redundancy) for i, spec in enumerate(job.manifest.tasks)]
+        self.jobs[job.id] = job
+        if job.state not in TERMINAL:
+            self.active.append(job.id)
+            for task in job.tasks:
+                for a in task.running():
+                    self.running[a.node_id] += 1
+        self._event(job, "job", {"state": job.state, "counts": job.counts()}, now)
+
+    def in_flight(self, submitter: str) -> int:
+        return sum(sum(1 for t in self.jobs[j].tasks if t.state not in TERMINAL)
+                   for j in self.active if self.jobs[j].submitter == submitter)
+
+    def cancel(self, job_id: str, now: float) -> Changes:
+        changes = Changes()
+        job = self.jobs.get(job_id)
+        if job is None or job.state in TERMINAL:
+            return changes
+        nodes = set()
+        for task in job.tasks:
+            if task.state in TERMINAL:
+                continue
+            for a in task.running():
+                self._end_attempt(job, task, a, "cancelled", now, changes)
+                nodes.add(a.node_id)
+            task.state = "cancelled"
+            changes.tasks.append((job, task))
+        changes.cancel = [(n, job_id) for n in sorted(nodes)]
+        self._finish_job(job, "cancelled", now, changes)
+        return changes
+
+    # --- placement -----------------------------------------------------------------------------------
+
+    def place(self, candidates: Sequence[Candidate], rtt_for: Callable[[Job], Callable[[str], float | None] | None],
+              now: float) -> tuple[list[Dispatch], Changes]:
+        """Places every task that wants an attempt and has an eligible node with a free slot."""
+        changes = Changes()
+        out: list[Dispatch] = []
+        live = {c.node_id: c for c in candidates}
+        free = {c.node_id: c.slots - self.running[c.node_id] for c in candidates}
+        for job_id in list(self.active):
+            if not any(v > 0 for v in free.values()):
+                break
+            job = self.jobs[job_id]
+            pending = [t for t in job.tasks if t.wanted() > 0]
+            if not pending:
+                continue
+            want = job.manifest.placement
+            fresh = [Candidate(**{**c.__dict__, "running": self.running[c.node_id],
+                                  "checked": self.checked[c.node_id]}) for c in candidates]
+            ranked = rank(fresh, want.min, want.region, rtt_for(job), job.seed, job.id)
+            order = {r.candidate.node_id: i for i, r in enumerate(ranked)}
+            job.pool = [n for n in job.pool if n in order]  # a pool node that dropped or is no longer proven leaves
+            for task in pending:
+                for _ in range(task.wanted()):
+                    chosen = self._choose(job, task, ranked, order, free, want.nodes)
+                    if chosen is None:
+                        break
+                    out.append(self._dispatch(job, task, chosen, live, now, changes))
+                    free[chosen.candidate.node_id] -= 1
+        return out, changes
+
+    def _choose(self, job: Job, task: Task, ranked: list[Ranked], order: dict[str, int], free: dict[str, int],
+                pool_size: int) -> Ranked | None:
+        used_nodes = {a.node_id for a in task.attempts if a.state == "running" or a.output is not None}
+        used_addresses = {a.address for a in task.attempts if a.state == "running" or a.output is not None}
+
+        def fits(r: Ranked) -> bool:
+            c = r.candidate
+            return free.get(c.node_id, 0) > 0 and c.node_id not in used_nodes and c.address not in used_addresses
+
+        in_pool = [ranked[order[n]] for n in job.pool if fits(ranked[order[n]])]
+        if in_pool:  # the least loaded pool node (rank breaks ties)
+            return min(in_pool, key=lambda r: (self.running[r.candidate.node_id] / r.candidate.slots,
+                                               order[r.candidate.node_id]))
+        for r in ranked:
+            if not fits(r):
+                continue
+            if len(job.pool) < pool_size:
+                job.pool.append(r.candidate.node_id)
+                return r
+            if task.replicas > 1:  # a replica or an audit may go beyond the pool (a pool cannot check itself)
+                return r
+            return None  # the pool is full and busy: the task waits for a slot there
+        return None
+
+    def _dispatch(self, job: Job, task: Task, chosen: Ranked, live: dict[str, Candidate], now: float,
+                  changes: Changes) -> Dispatch:
+        c = chosen.candidate
+        reason = chosen.reason
+        if task.audited is None and job.manifest.placement.redundancy == 1:
+            novice = self.checked[c.node_id] < self.config.audit_all_until_checked
+            task.audited = novice or audit_drawn(job.seed, job.id, task.index, job.audit_share)
+            if task.audited:
+                task.replicas = 2
+                reason += "; audited (" + ("the node has few checked outputs" if novice else "drawn") + ")"
+        attempt = Attempt(len(task.attempts), c.node_id, c.address, now, reason)
+        task.attempts.append(attempt)
+        self.running[c.node_id] += 1
+        if task.state == "queued":
+            task.state = "running"
+            changes.tasks.append((job, task))
+            self._event(job, "task", {"task": task.index, "state": "running", "node_id": c.node_id}, now)
+        if job.state == "queued":
+            job.state = "running"
+            changes.jobs.append(job)
+            self._event(job, "job", {"state": "running", "counts": job.counts()}, now)
+        changes.attempts.append((job, task, attempt))
+        return Dispatch(job, task, attempt)
+
+    # --- results -------------------------------------------------------------------------------------
+
+    def attempt_of(self, job_id: str, task: int, attempt: int, node_id: str) -> tuple[Job, Task, Attempt] | None:
+        """The running attempt a result names, or None (unknown, ended, or another node's)."""
+        job = self.jobs.get(job_id)
+        if job is None or not 0 <= task < len(job.tasks):
+            return None
+        t = job.tasks[task]
+        if not 0 <= attempt < len(t.attempts):
+            return None
+        a = t.attempts[attempt]
+        if a.state != "running" or a.node_id != node_id:
+            return None
+        return job, t, a
+
+    def result(self, job: Job, task: Task, attempt: Attempt, exit_code: int | None, output_sha256: str | None,
+               error: str | None, wall_ms: float, receipt: dict[str, Any], stdout: bytes, now: float) -> Changes:
+        changes = Changes()
+        attempt.exit_code, attempt.output_sha256, attempt.error = exit_code, output_sha256, error
+        attempt.wall_ms, attempt.receipt = wall_ms, receipt
+        self._end_attempt(job, task, attempt, "done", now, changes)
+        if attempt.output_sha256 is not None and attempt.output is not None:
+            task.outputs.setdefault(attempt.output_sha256, stdout)
+        self._settle(job, task, now, changes)
+        return changes
+
+    def lost(self, node_id: str, now: float, why: str) -> Changes:
+        """Every attempt running on `node_id` ends (its session closed, it went offline): placed again."""
+        changes = Changes()
+        for job_id in list(self.active):
+            job = self.jobs[job_id]
+            for task in job.tasks:
+                for a in task.running():
+                    if a.node_id == node_id:
+                        a.error = why
+                        self._end_attempt(job, task, a, "lost", now, changes)
+                        self._event(job, "task", {"task": task.index, "state": "requeued", "node_id": node_id,
+                                                  "reason": why}, now)
+                        self._settle(job, task, now, changes)
+        return changes
+
+    def expire(self, now: float) -> Changes:
+        """Attempts past their wall_ms and the grace are given up (placed again)."""
+        changes = Changes()
+        for job_id in list(self.active):
+            job = self.jobs[job_id]
+            limit_s = job.manifest.limits.wall_ms / 1000 + self.config.deadline_grace_s
+            for task in job.tasks:
+                for a in task.running():
+                    if now - a.placed_at > limit_s:
+                        a.error = f"no result within {limit_s:.0f} s"
+                        self._end_attempt(job, task, a, "expired", now, changes)
+                        self._settle(job, task, now, changes)
+        return changes
+
+    def _end_attempt(self, job: Job, task: Task, a: Attempt, state: str, now: float, changes: Changes) -> None:
+        a.state, a.ended_at = state, now
+        self.running[a.node_id] -= 1
+        if self.running[a.node_id] <= 0:
+            del self.running[a.node_id]
+        changes.attempts.append((job, task, a))
+
+    def _settle(self, job: Job, task: Task, now: float, changes: Changes) -> None:
+        """Decides the task where its outputs allow."""
+        if task.state in TERMINAL:
+            return
+        outputs = [a.output for a in task.attempts if a.output is not None]
+        winner = majority(outputs, task.replicas)
+        if winner is not None:
+            checked = len(outputs) > 1
+            for a in task.attempts:
+                if a.output is not None:
+                    a.verdict = ("agreed" if a.output == winner else "wrong") if checked else "unchecked"
+                    if checked:
+                        changes.verdicts.append(Verdict(a.node_id, job.id, task.index, a.n, a.output == winner))
+                        if a.output == winner:
+                            self.checked[a.node_id] += 1
+                    changes.attempts.append((job, task, a))
+                elif a.state == "running":
+                    self._end_attempt(job, task, a, "cancelled", now, changes)
+            task.exit_code, task.output_sha256 = winner
+            task.stdout = task.outputs.get(winner[1])
+            task.outputs.clear()
+            self._end_task(job, task, "done", None, now, changes)
+            return
+        done = len(outputs)
+        if done >= task.replicas and not task.running():
+            cap = max(3, job.manifest.placement.redundancy + 2)
+            if task.replicas < cap:
+                task.replicas += 1  # no majority yet: one more node decides
+                self._event(job, "task", {"task": task.index, "state": "disputed", "outputs": done}, now)
+            else:
+                self._end_task(job, task, "failed", f"no majority among {done} outputs", now, changes)
+                return
+        # a session that closed says nothing about the task; an error or a missed deadline may (a module that
+        # outruns every node's wall clock fails after max_attempts, not never)
+        errors = [a for a in task.attempts if a.state in ("done", "expired") and a.output is None]
+        if len(errors) >= self.config.max_attempts and task.wanted() > 0:
+            self._end_task(job, task, "failed", errors[-1].error or "failed", now, changes)
+
+    def _end_task(self, job: Job, task: Task, state: str, error: str | None, now: float, changes: Changes) -> None:
+        task.state, task.error = state, error
+        if state != "done":
+            task.stdout = None
+            task.outputs.clear()
+        changes.tasks.append((job, task))
+        self._event(job, "task", {"task": task.index, "state": state, "exit_code": task.exit_code,
+                                  "output_sha256": task.output_sha256, "error": error}, now)
+        if all(t.state in TERMINAL for t in job.tasks):
+            self._finish_job(job, "done" if all(t.state == "done" for t in job.tasks) else "failed", now, changes)
+
+    def _finish_job(self, job: Job, state: str, now: float, changes: Changes) -> None:
+        job.state, job.finished_at = state, now
+        if job.id in self.active:
+            self.active.remove(job.id)
+        changes.jobs.append(job)
+        self._event(job, "job", {"state": state, "counts": job.counts()}, now)
+
+    def forget(self, keep: int) -> None:
+        """Drops the oldest finished jobs beyond `keep` from memory (the store keeps them)."""
+        finished = [j for j in self.jobs.values() if j.state in TERMINAL]
+        for job in sorted(finished, key=lambda j: j.finished_at or 0)[:max(0, len(finished) - keep)]:
+            del self.jobs[job.id]
+
+    def _event(self, job: Job, kind: str, data: dict[str, Any], now: float) -> None:
+        job.seq += 1
+        job.events.append({"id": job.seq, "event": kind, "at": round(now, 3), **data})
+        while len(job.events) > self.config.events_kept:
+            job.events.popleft()

@@ -1,0 +1,215 @@
+"""HTTP of dispatched work (docs/jobs.md): POST /v1/jobs, GET /v1/jobs[/{id}[/events]], DELETE /v1/jobs/{id},
+GET /v1/blobs/{sha256}. Thin: the intake checks (signature, policy, quota, blobs) are here, the rest is the desk's.
+Every refusal is a problem+json with a stable code; nothing a client sends gives a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from capsule.job_records import JobManifestV2
+from capsule.peerid import PeerIdError
+from capsule.signing import SignatureError, verify_record
+from capsule.typed import ValidationError
+from web.api.problems import Problem
+from web.jobs.book import TERMINAL, Job
+from web.jobs.desk import JobDesk, ResultError, job_json
+
+CLOCK_SKEW_S = 600  # a JobRequest or JobCancel signed further from the relay's clock is refused (replays)
+WASM_MAGIC = b"\x00asm\x01\x00\x00\x00"
+
+
+def desk_of(request: Request) -> JobDesk:
+    desk: JobDesk = request.app.state.jobs
+    return desk
+
+
+async def _body(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "body_too_large", "the body is too large", f"{declared} bytes; at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "body_too_large", "the body is too large", f"more than {limit} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Problem(400, "invalid_json", "the body is not JSON", str(exc)) from None
+    except RecursionError:
+        raise Problem(400, "invalid_json", "the body is nested too deeply") from None
+
+
+def _signed(kind: str, data: Any, now: float) -> Any:
+    try:
+        record = verify_record(kind, data)
+    except ValidationError as exc:
+        raise Problem(422, "invalid_field", f"a field of the {kind} is invalid", str(exc), exc.path) from None
+    except SignatureError as exc:
+        raise Problem(422, "bad_signature", "the signature does not verify", str(exc), f"$.{exc.field}") from None
+    except (PeerIdError, RecursionError) as exc:
+        raise Problem(422, "invalid_field", f"not a {kind}", str(exc)[:200]) from None
+    at = data.get("created_at", data.get("at"))
+    if abs(at - now) > CLOCK_SKEW_S:
+        raise Problem(422, "stale_signature", f"the {kind} was signed too far from the relay's clock",
+                      f"signed at {at}, the relay's clock reads {int(now)} (at most {CLOCK_SKEW_S} s apart)")
+    return record
+
+
+def _blobs(data: Any, limit: int) -> dict[str, bytes]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise Problem(422, "invalid_field", "blobs is an object of sha256 -> base64", field="$.blobs")
+    out, total = {}, 0
+    for sha, text in data.items():
+        if not isinstance(text, str):
+            raise Problem(422, "invalid_field", "a blob is base64 text", field=f"$.blobs.{sha[:64]}")
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise Problem(422, "invalid_field", "a blob is not base64", field=f"$.blobs.{sha[:64]}") from None
+        total += len(raw)
+        if total > limit:
+            raise Problem(413, "blobs_too_large", "the job's blobs are too large", f"more than {limit} bytes")
+        if hashlib.sha256(raw).hexdigest() != sha:
+            raise Problem(422, "blob_mismatch", "a blob does not hash to its name", f"{sha[:64]}",
+                          f"$.blobs.{sha[:64]}")
+        out[sha] = raw
+    return out
+
+
+async def post_job(request: Request) -> Response:
+    desk = desk_of(request)
+    limit = desk.config.blob_bytes_max * 4 // 3 + (1 << 20)
+    body = await _body(request, limit)
+    if not isinstance(body, dict) or "request" not in body:
+        raise Problem(422, "invalid_field", "expected {\"request\": JobRequest, \"blobs\": {sha256: base64}}")
+    now = time.time()
+    job_request = _signed("JobRequest", body["request"], now)
+    submitter = job_request.submitter
+    if submitter not in desk.config.submitters:
+        raise Problem(403, "unknown_submitter", "this relay does not take jobs from this key",
+                      f"{submitter} is not among the relay's job submitters (ce-bench relay --job-submitter ID)")
+    manifest: JobManifestV2 = job_request.manifest
+    blobs = _blobs(body.get("blobs"), desk.config.blob_bytes_max)
+    if manifest.kind != "wasi" or manifest.module is None:
+        raise Problem(422, "unsupported_kind", "this relay dispatches WASI jobs",
+                      "kind \"capsule\" runs with `ce-bench job run` on the node itself; a dispatched capsule job "
+                      "is not built yet (docs/jobs.md)" if manifest.kind == "capsule" else
+                      "a wasi job names its module", "$.request.manifest.kind")
+    wanted = [manifest.module.sha256, *(t.stdin_sha256 for t in manifest.tasks if t.stdin_sha256)]
+    for sha in wanted:
+        if sha not in blobs and not desk.store.has_blob(sha):
+            raise Problem(422, "unknown_blob", "a blob the job names is neither uploaded nor held here",
+                          f"{sha}: send it in blobs", "$.blobs")
+    module = blobs.get(manifest.module.sha256) or desk.store.blob(manifest.module.sha256) or b""
+    if not module.startswith(WASM_MAGIC):
+        raise Problem(422, "not_wasm", "the module is not a WebAssembly binary (version 1)",
+                      f"it starts with {module[:8].hex()}", "$.request.manifest.module")
+    in_flight = desk.book.in_flight(submitter)
+    if in_flight + len(manifest.tasks) > desk.config.tasks_in_flight_max:
+        raise Problem(429, "quota_exceeded", "too many tasks in flight for this submitter",
+                      f"{in_flight} in flight + {len(manifest.tasks)} asked > {desk.config.tasks_in_flight_max}",
+                      headers={"retry-after": "10"})
+    try:
+        job = desk.submit(body["request"], manifest, blobs, now)
+    except ResultError as exc:
+        raise Problem(409, exc.code, "the job exists", exc.detail) from None
+    return JSONResponse({"id": job.id, "state": job.state, "tasks": len(job.tasks),
+                         "status": f"/v1/jobs/{job.id}", "events": f"/v1/jobs/{job.id}/events"}, status_code=201)
+
+
+def _job_id(request: Request) -> str:
+    job_id: str = request.path_params["job_id"]
+    if len(job_id) != 64 or any(c not in "0123456789abcdef" for c in job_id):
+        raise Problem(400, "invalid_job_id", "a job id is 64 hex digits", job_id[:80], "job_id")
+    return job_id
+
+
+def _job(desk: JobDesk, request: Request) -> Job:
+    job = desk.job(_job_id(request))
+    if job is None:
+        raise Problem(404, "unknown_job", "no such job here", request.path_params["job_id"])
+    return job
+
+
+async def get_job(request: Request) -> Response:
+    return JSONResponse(job_json(_job(desk_of(request), request)))
+
+
+async def list_jobs(request: Request) -> Response:
+    desk = desk_of(request)
+    jobs = sorted(desk.book.jobs.values(), key=lambda j: j.created_at, reverse=True)[:100]
+    running: dict[str, int] = dict(desk.book.running)
+    return JSONResponse({"jobs": [j.summary() for j in jobs], "running_by_node": running,
+                         "workers": len(desk.by_node)})
+
+
+async def delete_job(request: Request) -> Response:
+    desk = desk_of(request)
+    job = _job(desk, request)
+    body = await _body(request, 16 * 1024)
+    cancel = _signed("JobCancel", body, time.time())
+    if cancel.job_id != job.id:
+        raise Problem(422, "invalid_field", "the JobCancel names another job", cancel.job_id, "$.job_id")
+    if cancel.submitter != job.submitter:
+        raise Problem(403, "not_submitter", "only the job's submitter may cancel it", cancel.submitter)
+    desk.cancel(job.id)
+    return JSONResponse(job_json(job, with_tasks=False))
+
+
+async def job_events(request: Request) -> Response:
+    """Server-sent events: each change of the job and its tasks; ends once the job has ended."""
+    desk = desk_of(request)
+    job = _job(desk, request)
+    last = request.headers.get("last-event-id", "0")
+    after = int(last) if last.isdigit() else 0
+
+    async def stream() -> AsyncIterator[str]:
+        nonlocal after
+        followers = desk.followers(job.id)
+        yield "retry: 2000\n\n"
+        while True:
+            fresh = [e for e in list(job.events) if e["id"] > after]
+            for event in fresh:
+                after = event["id"]
+                yield f"id: {event['id']}\nevent: {event['event']}\ndata: {json.dumps(event)}\n\n"
+            if job.state in TERMINAL and not fresh:
+                return
+            followers.changed.clear()
+            try:
+                await asyncio.wait_for(followers.changed.wait(), 15)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+
+async def get_blob(request: Request) -> Response:
+    sha = request.path_params["sha256"]
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise Problem(400, "invalid_sha256", "a blob is named by 64 hex digits", sha[:80], "sha256")
+    data = desk_of(request).store.blob(sha)
+    if data is None:
+        raise Problem(404, "unknown_blob", "no such blob here", sha)
+    return Response(data, media_type="application/wasm" if data.startswith(WASM_MAGIC) else "application/octet-stream",
+                    headers={"cache-control": "public, max-age=31536000, immutable"})
+
+
+ROUTES = [Route("/v1/jobs", post_job, methods=["POST"]), Route("/v1/jobs", list_jobs),
+          Route("/v1/jobs/{job_id}", get_job), Route("/v1/jobs/{job_id}", delete_job, methods=["DELETE"]),
+          Route("/v1/jobs/{job_id}/events", job_events), Route("/v1/blobs/{sha256}", get_blob)]

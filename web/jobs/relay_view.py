@@ -1,0 +1,68 @@
+"""NodeView over the relay's own parts (web/jobs/ports.py): the atlas, the challenge desk's trust, the link book's
+coordinates, the beacon rounds and the store. The jobs part sees only the NodeView."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Protocol
+
+from web.api.ingest import BeaconBook
+from web.jobs.ports import Standing
+from web.map.atlas import Atlas
+from web.map.links import LinkBook
+from web.map.stats import MICRO, MILLI, Contribution
+from web.store import Store
+
+
+class TrustDesk(Protocol):
+    def status(self, node_id: str, now: float) -> str: ...
+
+    async def record_failure(self, node_id: str, code: str, detail: str) -> None: ...
+
+
+class RelayNodeView:
+    def __init__(self, atlas: Atlas, trust: TrustDesk, links: LinkBook, beacons: BeaconBook, store: Store,
+                 region: str | None, history_kept: int) -> None:
+        self.atlas, self.trust, self.links, self.beacons, self.store = atlas, trust, links, beacons, store
+        self.region = region
+        self.history_kept = history_kept
+        self._rtt_cache: tuple[int, float, dict[str, dict[str, float] | None]] = (-1, 0.0, {})
+
+    def standing(self, node_id: str) -> Standing | None:
+        entry = self.atlas.nodes.get(node_id)
+        if entry is None:
+            return None
+        live = node_id in self.atlas.live
+        counted = entry.verified
+        proven = live and counted != Contribution() and self.trust.status(node_id, time.time()) == "verified"
+        profile = entry.profile
+        return Standing(live, proven, self.region, counted.cpu_mgflops / MILLI, counted.mtokens_per_sec / MILLI,
+                        counted.gpu_utflops / MICRO, profile.mem_bw_gbps, None,
+                        profile.contribution.storage_free_gb)
+
+    def rtt_from(self, node_id: str) -> dict[str, float] | None:
+        version, at, table = self._rtt_cache
+        now = time.monotonic()
+        if version != self.links.version or now - at > 1.0:  # the fit changes with samples and refits
+            table = {}
+            self._rtt_cache = (self.links.version, now, table)
+        if node_id not in table:
+            fabric = self.links.fabric_map()
+            if node_id in fabric.node_ids:
+                table[node_id] = dict(zip(fabric.node_ids, (float(d) for d in fabric.predicted_from(node_id)),
+                                          strict=True))
+            else:
+                table[node_id] = None
+        return table[node_id]
+
+    def beacon_value(self) -> str:
+        latest = self.beacons.latest
+        return str(latest["value"]) if latest else ""
+
+    async def wrong_output(self, node_id: str, detail: str) -> None:
+        await self.trust.record_failure(node_id, "wrong_output", detail)
+
+    async def delivered(self, node_id: str, record: dict[str, Any]) -> None:
+        await self.store.write(Store.put_history_op(node_id, time.time(), "task", json.dumps(record).encode(),
+                                                    self.history_kept))

@@ -1,0 +1,113 @@
+"""The rules of placement and checking, pure (no I/O, no clock): who may run a task, in which order, which
+results are accepted, and the odds that a wrong output is accepted (docs/jobs.md).
+
+Placement: a task goes only to a live node proven at the latest roll call, not flagged, meeting the manifest's
+`min`, with a free slot; among those, by region (the asked one first), by predicted RTT to `near` (the SDK's
+FabricMap.predicted_rtt), by load (running / slots), and last by a draw from the job's seed (the beacon value at
+submission with the job's secret), so a node cannot arrange to be placed on the task it wants to cheat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from capsule.job_records import Minimums
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A live node that offered slots, as the map shows it now."""
+
+    node_id: str
+    address: str               # the source host of its session: replicas of one task go to different ones
+    proven: bool               # counted at the latest roll call, verified and not flagged
+    slots: int                 # tasks it runs at once (its `jobs` message)
+    running: int = 0           # tasks it runs now, of every job
+    checked: int = 0           # its outputs another node confirmed (few: every task it runs is checked)
+    region: str | None = None
+    cpu_gflops: float = 0.0    # proven (what the latest roll call counted)
+    tokens_per_sec: float = 0.0
+    gpu_tflops: float = 0.0
+    mem_bw_gbps: float | None = None   # claimed (not proven at roll calls)
+    memory_mb: int | None = None       # claimed available
+    storage_free_gb: int | None = None  # claimed free
+
+    @property
+    def free(self) -> int:
+        return self.slots - self.running
+
+
+def unmet(c: Candidate, want: Minimums) -> str | None:
+    """Why `c` does not meet `want` (None: it does)."""
+    checks: list[tuple[str, float | None, float | None]] = [
+        ("cpu_gflops", want.cpu_gflops, c.cpu_gflops), ("tokens_per_sec", want.tokens_per_sec, c.tokens_per_sec),
+        ("gpu_tflops", want.gpu_tflops, c.gpu_tflops), ("mem_bw_gbps", want.mem_bw_gbps, c.mem_bw_gbps),
+        ("memory_mb", want.memory_mb, c.memory_mb), ("storage_free_gb", want.storage_free_gb, c.storage_free_gb)]
+    for name, floor, have in checks:
+        if floor is not None and (have is None or have < floor):
+            return f"{name} {have} < {floor}"
+    return None
+
+
+def draw(seed: str, *parts: object) -> float:
+    """A number in [0, 1) from the job's seed and `parts`: the same for everyone who knows the seed."""
+    digest = hashlib.sha256(":".join([seed, *map(str, parts)]).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+@dataclass(frozen=True)
+class Ranked:
+    candidate: Candidate
+    reason: str
+
+
+def rank(candidates: Sequence[Candidate], want: Minimums, region: str | None,
+         rtt_ms: Callable[[str], float | None] | None, seed: str, salt: object) -> list[Ranked]:
+    """The eligible candidates, best first, each with the reason it is where it is."""
+    rows: list[tuple[tuple[float, float, float, float], Ranked]] = []
+    for c in candidates:
+        if not c.proven or c.free <= 0 or unmet(c, want) is not None:
+            continue
+        rtt = rtt_ms(c.node_id) if rtt_ms is not None else None
+        off_region = 0.0 if region is None or c.region == region else 1.0
+        load = c.running / c.slots
+        tie = draw(seed, salt, c.node_id)
+        words = ["proven at the latest roll call"]
+        if region is not None:
+            words.append(f"region {c.region or 'none'}" + ("" if off_region == 0 else f" (asked {region})"))
+        if rtt_ms is not None:
+            words.append("predicted RTT " + ("unknown" if rtt is None else f"{rtt:.1f} ms") + " to near")
+        words.append(f"load {c.running}/{c.slots}")
+        key = (off_region, math.inf if rtt is None else (rtt if rtt_ms is not None else 0.0), load, tie)
+        rows.append((key, Ranked(c, ", ".join(words))))
+    rows.sort(key=lambda row: row[0])
+    return [r for _, r in rows]
+
+
+OutputKey = tuple[int, str]  # (exit code, sha256 of stdout): what replicas must agree on
+
+
+def majority(outputs: Sequence[OutputKey], replicas: int) -> OutputKey | None:
+    """The output more than half of `replicas` returned, if any (BOINC's quorum)."""
+    need = replicas // 2 + 1
+    for key in set(outputs):
+        if outputs.count(key) >= need:
+            return key
+    return None
+
+
+def audit_drawn(seed: str, job_id: str, task: int, share: float) -> bool:
+    return draw(seed, "audit", job_id, task) < share
+
+
+def false_accept_odds(redundancy: int, audit_share: float, liar_share: float) -> float:
+    """The chance that one wrong output is accepted, for a node that lies on a task with independent honest
+    replicas: with R >= 2 every task is checked by R - 1 others and a lie is accepted only when liars hold the
+    majority (odds liar_share ** (R // 2) that the other liars needed are drawn too); with R = 1 a lie passes
+    unless the task is audited (audit_share) and then only if the auditor lies alike."""
+    if redundancy >= 2:
+        return liar_share ** (redundancy // 2)
+    return (1 - audit_share) + audit_share * liar_share
