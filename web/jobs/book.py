@@ -200,7 +200,7 @@ class JobBook:
             order = {r.candidate.node_id: i for i, r in enumerate(ranked)}
             job.pool = [n for n in job.pool if n in order]  # a pool node that dropped or is no longer proven leaves
             for task in pending:
-                for _ in range(task.wanted()):
+                while task.wanted() > 0:  # (an audit decided at the first placement asks one more)
                     chosen = self._choose(job, task, ranked, order, free, want.nodes)
                     if chosen is None:
                         break

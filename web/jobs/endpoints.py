@@ -183,13 +183,15 @@ async def job_events(request: Request) -> Response:
         followers = desk.followers(job.id)
         yield "retry: 2000\n\n"
         while True:
+            followers.changed.clear()  # before reading: a change from here on wakes the wait below
             fresh = [e for e in list(job.events) if e["id"] > after]
             for event in fresh:
                 after = event["id"]
                 yield f"id: {event['id']}\nevent: {event['event']}\ndata: {json.dumps(event)}\n\n"
-            if job.state in TERMINAL and not fresh:
+            if fresh:
+                continue  # read again before waiting: the job may have ended meanwhile
+            if job.state in TERMINAL:
                 return
-            followers.changed.clear()
             try:
                 await asyncio.wait_for(followers.changed.wait(), 15)
             except TimeoutError:

@@ -1,0 +1,189 @@
+"""The pure core of dispatched work (web/jobs/book.py, web/jobs/rules.py): placement, quorums, audits, lost nodes,
+deadlines, cancels. Time is passed in; every test names the behaviour on both sides of the rule it pins."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from capsule.job_records import JobManifestV2
+from capsule.typed import parse
+from web.jobs.book import Job, JobBook
+from web.jobs.config import JobsConfig
+from web.jobs.rules import Candidate, false_accept_odds, majority, rank
+
+SHA = "a" * 64
+
+
+def manifest(tasks: int = 4, **placement: Any) -> JobManifestV2:
+    return parse(JobManifestV2, {"v": 2, "kind": "wasi", "module": {"sha256": SHA},
+                                 "tasks": [{"args": [str(i)]} for i in range(tasks)],
+                                 "limits": {"memory_mib": 16, "wall_ms": 1000, "output_bytes": 64},
+                                 "placement": {"nodes": 10, "redundancy": 1, "audit": 0.0, **placement}})
+
+
+def job(m: JobManifestV2, name: str = "j", audit: float = 0.0) -> Job:
+    job_id = hashlib.sha256(name.encode()).hexdigest()
+    return Job(job_id, "submitter", m, {}, 0.0, "seed", "c" * 64, "d" * 64, audit)
+
+
+def nodes(n: int, **kw: Any) -> list[Candidate]:
+    return [Candidate(f"n{i}", f"10.0.0.{i}", kw.get("proven", True), kw.get("slots", 1), **{
+        k: v for k, v in kw.items() if k not in ("proven", "slots")}) for i in range(n)]
+
+
+def seasoned(book: JobBook, candidates: list[Candidate]) -> None:
+    """Nodes past the full-audit phase (so an R = 1 task is audited only when drawn)."""
+    for c in candidates:
+        book.checked[c.node_id] = book.config.audit_all_until_checked
+
+
+def answer(book: JobBook, j: Job, node: str, out: str, now: float = 1.0, exit_code: int = 0) -> Any:
+    for task in j.tasks:
+        for a in task.running():
+            if a.node_id == node:
+                return book.result(j, task, a, exit_code, hashlib.sha256(out.encode()).hexdigest(), None, 1.0, {},
+                                   out.encode(), now)
+    raise AssertionError(f"{node} runs nothing")
+
+
+def test_unproven_full_or_below_min_nodes_are_never_ranked() -> None:
+    cands = [Candidate("proven", "a", True, 1, cpu_gflops=50), Candidate("unproven", "b", False, 4, cpu_gflops=99),
+             Candidate("full", "c", True, 1, running=1, cpu_gflops=80), Candidate("slow", "d", True, 1, cpu_gflops=5)]
+    m = manifest(min={"cpu_gflops": 10}).placement
+    assert [r.candidate.node_id for r in rank(cands, m.min, None, None, "s", "x")] == ["proven"]
+    m0 = manifest().placement  # without the floor the slow node is eligible too; unproven and full never
+    assert {r.candidate.node_id for r in rank(cands, m0.min, None, None, "s", "x")} == {"proven", "slow"}
+
+
+def test_near_orders_by_predicted_rtt_and_region_comes_first() -> None:
+    cands = nodes(4)
+    rtt = {"n0": 40.0, "n1": 5.0, "n2": 20.0, "n3": 1.0}
+    m = manifest().placement
+    assert [r.candidate.node_id for r in rank(cands, m.min, None, rtt.get, "s", "x")] == ["n3", "n1", "n2", "n0"]
+    regional = [Candidate(c.node_id, c.address, True, 1, region="eu" if c.node_id in ("n0", "n2") else "us")
+                for c in cands]
+    ranked = rank(regional, m.min, "eu", rtt.get, "s", "x")
+    assert [r.candidate.node_id for r in ranked][:2] == ["n2", "n0"] and "predicted RTT" in ranked[0].reason
+
+
+def test_majority_needs_more_than_half() -> None:
+    a, b = (0, "x"), (0, "y")
+    assert majority([a], 1) == a and majority([a], 2) is None and majority([a, b], 2) is None
+    assert majority([a, b, a], 3) == a and majority([a, b], 3) is None
+
+
+def test_redundancy_places_each_task_on_distinct_nodes_and_addresses() -> None:
+    book = JobBook(JobsConfig())
+    j = job(manifest(tasks=3, redundancy=2))
+    book.add(j, 0.0)
+    same_host = [Candidate("x1", "10.9.9.9", True, 4), Candidate("x2", "10.9.9.9", True, 4)]
+    out, _ = book.place(same_host, lambda _: None, 0.0)
+    assert all(len({d.attempt.address for d in out if d.task is t}) <= 1 for t in j.tasks)  # one per address
+    assert all(len(t.running()) == 1 for t in j.tasks)  # the second replica waits for another address
+    out, _ = book.place([*same_host, Candidate("y", "10.1.1.1", True, 4)], lambda _: None, 0.0)
+    assert all({a.address for a in t.running()} == {"10.9.9.9", "10.1.1.1"} for t in j.tasks)
+
+
+def test_a_wrong_output_loses_to_the_majority_and_is_named() -> None:
+    book = JobBook(JobsConfig())
+    j = job(manifest(tasks=1, redundancy=3))
+    book.add(j, 0.0)
+    book.place(nodes(3), lambda _: None, 0.0)
+    answer(book, j, "n0", "right")
+    changes = answer(book, j, "n1", "wrong")
+    assert j.tasks[0].state == "running" and not changes.verdicts  # 1 of 3 each: undecided
+    changes = answer(book, j, "n2", "right")
+    assert j.tasks[0].state == "done" and j.tasks[0].stdout == b"right" and j.state == "done"
+    assert {(v.node_id, v.agreed) for v in changes.verdicts} == {("n0", True), ("n1", False), ("n2", True)}
+    assert book.checked["n0"] == 1 and book.checked["n1"] == 0
+
+
+def test_novices_are_always_audited_and_seasoned_nodes_only_when_drawn() -> None:
+    book = JobBook(JobsConfig(audit_all_until_checked=2))
+    j = job(manifest(tasks=4), audit=0.0)
+    book.add(j, 0.0)
+    out, _ = book.place(nodes(8), lambda _: None, 0.0)
+    assert all(t.audited and t.replicas == 2 for t in j.tasks) and len(out) == 8  # every task checked
+    book2 = JobBook(JobsConfig(audit_all_until_checked=2))
+    cands = nodes(12)
+    seasoned(book2, cands)
+    j2 = job(manifest(tasks=4), "j2", audit=0.0)
+    book2.add(j2, 0.0)
+    out, _ = book2.place(cands, lambda _: None, 0.0)
+    assert not any(t.audited for t in j2.tasks) and len(out) == 4
+    j3 = job(manifest(tasks=4), "j3", audit=1.0)  # a share of 1: every task drawn
+    book2.add(j3, 0.0)
+    book2.place(cands, lambda _: None, 0.0)
+    assert all(t.audited for t in j3.tasks)
+
+
+def test_an_audit_mismatch_goes_to_a_third_node_which_decides() -> None:
+    book = JobBook(JobsConfig())
+    j = job(manifest(tasks=1))
+    book.add(j, 0.0)
+    book.place(nodes(2), lambda _: None, 0.0)  # novices: audited, two replicas
+    answer(book, j, "n0", "lie")
+    answer(book, j, "n1", "truth")
+    assert j.tasks[0].replicas == 3 and j.tasks[0].state == "running"
+    out, _ = book.place(nodes(3), lambda _: None, 0.0)
+    assert [d.attempt.node_id for d in out] == ["n2"]
+    changes = answer(book, j, "n2", "truth")
+    assert j.tasks[0].stdout == b"truth" and [v.node_id for v in changes.verdicts if not v.agreed] == ["n0"]
+
+
+def test_a_lost_node_requeues_its_tasks_and_its_late_result_is_ignored() -> None:
+    book = JobBook(JobsConfig())
+    cands = nodes(2)
+    seasoned(book, cands)
+    j = job(manifest(tasks=2))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    a0 = j.tasks[0].running()[0]
+    book.lost(a0.node_id, 1.0, "the node's session closed")
+    assert a0.state == "lost" and j.tasks[0].wanted() == 1
+    assert book.attempt_of(j.id, 0, a0.n, a0.node_id) is None  # its result now names no running attempt
+    other = [c for c in cands if c.node_id != a0.node_id]
+    assert not book.place(other, lambda _: None, 1.0)[0]  # the other node is busy with task 1
+    answer(book, j, other[0].node_id, "t1")
+    out, _ = book.place(other, lambda _: None, 2.0)
+    assert [(d.task.index, d.attempt.n) for d in out] == [(0, 1)]
+    answer(book, j, other[0].node_id, "t0")
+    assert j.state == "done" and sum(1 for t in j.tasks for a in t.attempts if a.verdict) == 2  # none counted twice
+
+
+def test_deadlines_and_errors_fail_a_task_after_max_attempts_not_before() -> None:
+    book = JobBook(JobsConfig(max_attempts=2, deadline_grace_s=1.0))
+    cands = nodes(2)
+    seasoned(book, cands)
+    j = job(manifest(tasks=1))  # wall_ms 1000: given up 2 s after placement
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    book.expire(1.9)
+    assert j.tasks[0].running()  # within wall_ms + grace
+    book.expire(2.1)
+    assert j.tasks[0].state == "running" and j.tasks[0].wanted() == 1  # one expired attempt: placed again
+    book.place(cands, lambda _: None, 2.1)
+    t = j.tasks[0]
+    a = t.running()[0]
+    book.result(j, t, a, None, None, "the module trapped (unreachable)", 1.0, {}, b"", 2.2)
+    assert t.state == "failed" and t.error == "the module trapped (unreachable)" and j.state == "failed"
+
+
+def test_cancel_ends_running_attempts_and_names_their_nodes() -> None:
+    book = JobBook(JobsConfig())
+    cands = nodes(2)
+    seasoned(book, cands)
+    j = job(manifest(tasks=3))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    changes = book.cancel(j.id, 1.0)
+    assert j.state == "cancelled" and {n for n, _ in changes.cancel} == {"n0", "n1"}
+    assert not book.running and not book.place(cands, lambda _: None, 1.0)[0]
+
+
+def test_false_accept_odds_fall_with_redundancy_and_audit() -> None:
+    assert false_accept_odds(1, 0.0, 0.1) == 1.0
+    assert false_accept_odds(1, 0.05, 0.0) == 0.95
+    assert false_accept_odds(2, 0.0, 0.1) == 0.1 and false_accept_odds(3, 0.0, 0.1) == 0.1
+    assert false_accept_odds(5, 0.0, 0.1) < false_accept_odds(3, 0.0, 0.1)
