@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsule.challenge import LLM_MAX_TOKENS, LLM_VOCAB
+from capsule.job_records import MAX_OUTPUT_BYTES
 from capsule.model import LINK_BW_MAX_MBPS, Heartbeat
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError, parse
@@ -51,6 +52,8 @@ MAX_TOKENS_COMMIT_BYTES = len(json.dumps({"type": "commit", "id": "0" * 16,
 # A challenge's opening may be larger (2 rows x 64 instances x 2048 fp32 in base64, plus proofs: 1.64 MB; the
 # 512 KiB once set here refused the opening of every 64-instance challenge at n >= 1024): web/sessions/live_guard.py
 # max_opening_bytes, checked with every other frame's size before it is parsed (web/sessions/live_guard.py screen).
+# A dispatched task's result (web/jobs/): its stdout, at most MAX_OUTPUT_BYTES in base64, and its signed receipt.
+MAX_TASK_RESULT_BYTES = (MAX_OUTPUT_BYTES + 2) // 3 * 4 + 8192
 RTT_EWMA_ALPHA = 0.2  # weight of a new RTT sample (TCP's SRTT uses 1/8; pings here are sparser)
 
 
@@ -226,12 +229,15 @@ def parse_message(text: str | bytes) -> dict[str, Any]:
         message = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise LiveError("invalid_json", "messages are JSON objects") from None
+    except RecursionError:  # a small frame of nested brackets: a bad message, never a dead session
+        raise LiveError("invalid_json", "the message is nested too deeply") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise LiveError("invalid_message", "expected an object with a string 'type'")
     # a commitment (token ids: MAX_TOKENS_COMMIT_BYTES), and a peer probe's session description
     # (web/map/peer_probes.py), may take up to 8 KiB
     limit = (MAX_TOKENS_COMMIT_BYTES if message["type"] == "commit" else MAX_COMMIT_BYTES
-             if message["type"] in ("peer_offer", "peer_answer") else MAX_MESSAGE_BYTES)
+             if message["type"] in ("peer_offer", "peer_answer") else MAX_TASK_RESULT_BYTES
+             if message["type"] == "task_result" else MAX_MESSAGE_BYTES)
     if len(text) > limit and message["type"] != "opening":
         raise LiveError("message_too_large", f"{len(text)} bytes; at most {limit}")
     return message

@@ -29,19 +29,23 @@ from dataclasses import dataclass
 
 from capsule import gpu_challenge
 from capsule.challenge import MAX_N, MAX_PRODUCTS, tree_width
-from capsule.job_records import MAX_OUTPUT_BYTES
 from web.api.ratelimit import TokenBuckets
 from web.config import RelayConfig
 from web.proof.gpu_challenges import MAX_INSTANCES as GPU_MAX_INSTANCES
-from web.sessions.live import MAX_COMMIT_BYTES, MAX_MESSAGE_BYTES, MAX_TOKENS_COMMIT_BYTES, LiveError
+from web.sessions.live import (
+    MAX_COMMIT_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_TASK_RESULT_BYTES,
+    MAX_TOKENS_COMMIT_BYTES,
+    LiveError,
+)
 
 HEAD_CHARS = 64  # where a large frame's type must be: {"type": "peer_answer", with room for whitespace
 TYPE_HEAD = re.compile(r'\s*\{\s*"type"\s*:\s*"([A-Za-z_]{1,32})"')
 # a commitment (64 roots: ~4.8 KB; a reference-model answer's token ids: ~57 KB) and a peer probe's session
 # description (web/map/peer_probes.py) take up to 8 KiB
 LARGE_TYPES = {"commit": MAX_TOKENS_COMMIT_BYTES, "peer_offer": MAX_COMMIT_BYTES, "peer_answer": MAX_COMMIT_BYTES,
-               # a dispatched task's stdout (at most MAX_OUTPUT_BYTES, base64) with its signed receipt (web/jobs/)
-               "task_result": (MAX_OUTPUT_BYTES + 2) // 3 * 4 + 8192}
+               "task_result": MAX_TASK_RESULT_BYTES}
 CHALLENGE_ID_CHARS = 16  # web/proof/challenges.py: a challenge's id is its nonce's first 16 hex digits
 SLACK_BYTES = 1024
 CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 125 bytes with its code

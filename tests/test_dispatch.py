@@ -1,0 +1,251 @@
+"""Work placed through the map (issue 44), on real processes: a relay (`ce-bench relay --job-submitter`), node
+processes that answer its roll calls and run tasks (tests/job_node.py), jobs submitted with `ce-bench job submit`,
+and every output compared with the `wasmtime` CLI run locally on the same module and arguments."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capsule.signing import sign
+from common.keys import NodeKey, load_or_create
+from host_runner.job_client import JobClient
+from host_runner.relay_client import fetch_beacon, post_profile
+from tests.conftest import Artifacts
+from tests.relay_process import RelayProcess
+from tests.test_proven import ROLL, node, until
+from tests.test_server_cli import ce_bench
+
+pytestmark = pytest.mark.timed  # the nodes answer roll calls within deadlines to be proven
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "build" / "work.wasm"
+CLAIM_SHARE = 0.3  # honest nodes claim this share of the measured GFLOP/s: proven at every roll call here
+
+
+class NodeProc:
+    """tests/job_node.py in its own process, from its own loopback address."""
+
+    def __init__(self, relay: RelayProcess, home: Path, address: str, reactor: Path | None, slots: int = 1,
+                 lie_every: int = 0) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.key_file = home / "node.key"
+        self.key = load_or_create(self.key_file)
+        self.log = home / "node.log"
+        args = [sys.executable, "-m", "tests.job_node", relay.url, str(self.key_file), address, "--slots", str(slots),
+                "--lie-every", str(lie_every)] + (["--reactor", str(reactor)] if reactor else [])
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+
+    @property
+    def node_id(self) -> str:
+        return self.key.node_id
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+
+
+def register(relay: RelayProcess, measured: dict[str, Any], key: NodeKey) -> None:
+    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
+    beacon = fetch_beacon(relay.url)
+    body.update(node_id=key.node_id, measured_at=int(time.time()),
+                beacon={k: beacon[k] for k in ("relay", "round", "value")})
+    body["cpu"]["gflops_fp32"] = round(CLAIM_SHARE * measured["cpu"]["gflops_fp32"], 3)
+    body["llm"]["tokens_per_sec"] = None  # no reference-model phase: the roll calls stay short
+    post_profile(relay.url, sign("NodeProfile", body, key))
+
+
+def proven(relay: RelayProcess, node_id: str) -> bool:
+    trust = node(relay, type("K", (), {"node_id": node_id})())["trust"]
+    return bool(trust["status"] == "verified" and trust["counted"]["cpu_gflops"] > 0)
+
+
+@pytest.fixture(scope="module")
+def submitter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, NodeKey]:
+    home = tmp_path_factory.mktemp("submitter")
+    return home, load_or_create(home / "node.key")
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory, submitter: tuple[Path, NodeKey]) -> Iterator[RelayProcess]:
+    with RelayProcess(tmp_path_factory.mktemp("dispatch") / "relay", *ROLL, "--job-submitter",
+                      submitter[1].node_id) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def fleet(relay: RelayProcess, machine_profile: dict[str, Any], artifacts: Artifacts,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProc]]:
+    """Four honest node processes, each proven at a roll call before the tests use them."""
+    base = tmp_path_factory.mktemp("fleet")
+    nodes = []
+    for i in range(4):
+        n = NodeProc(relay, base / f"n{i}", f"127.0.0.{10 + i}", artifacts.reactor)
+        register(relay, machine_profile, n.key)
+        nodes.append(n)
+    try:
+        until("four proven nodes", 90, lambda: all(proven(relay, n.node_id) for n in nodes),
+              lambda: [node(relay, n)["trust"]["status"] for n in nodes])
+        yield nodes
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def write_manifest(path: Path, tasks: list[list[str]], **placement: Any) -> Path:
+    path.write_text(json.dumps({
+        "v": 2, "kind": "wasi", "module": {"path": str(WORK)}, "tasks": [{"args": a} for a in tasks],
+        "limits": {"memory_mib": 32, "wall_ms": 20_000, "fuel": None, "output_bytes": 4096},
+        "placement": {"nodes": 4, "redundancy": 1, **placement}}))
+    return path
+
+
+def local_output(wasmtime_cli: Path, args: list[str]) -> tuple[int, str]:
+    done = subprocess.run([str(wasmtime_cli), "run", str(WORK), *args], capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout
+
+
+def test_a_job_with_redundancy_two_matches_local_wasmtime(relay: RelayProcess, fleet: list[NodeProc],
+                                                          submitter: tuple[Path, NodeKey], wasmtime_cli: Path,
+                                                          tmp_path: Path) -> None:
+    """`ce-bench job submit --wait --json` exits 0; every task ran on two nodes of different addresses, and its
+    accepted output is what `wasmtime run` gives here for the same module and arguments."""
+    tasks = [[str(seed), "200000"] for seed in range(24)] + [["exit", "3"]]
+    result = ce_bench(submitter[0], "job", "submit", str(write_manifest(tmp_path / "job.json", tasks, redundancy=2)),
+                      "--relay", relay.url, "--wait", "--json", timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    state = json.loads(result.stdout)
+    assert state["state"] == "done" and state["counts"]["done"] == len(tasks)
+    fleet_ids = {n.node_id for n in fleet}
+    for task, args in zip(state["tasks"], tasks, strict=True):
+        agreed = [a for a in task["attempts"] if a["verdict"] == "agreed"]
+        assert len(agreed) >= 2 and len({a["node_id"] for a in agreed}) == len(agreed), task
+        assert {a["node_id"] for a in agreed} <= fleet_ids
+        code, out = local_output(wasmtime_cli, args)
+        assert (task["exit_code"], task["stdout"]) == (code, out), (task, code, out)
+        assert all(a["receipt"]["node_id"] == a["node_id"] for a in agreed)
+
+
+def test_a_liar_is_caught_flagged_and_placed_no_more(relay: RelayProcess, fleet: list[NodeProc],
+                                                     submitter: tuple[Path, NodeKey], machine_profile: dict[str, Any],
+                                                     artifacts: Artifacts, tmp_path: Path) -> None:
+    """A proven node that lies on one task in three (its receipts signed as usual) is caught by the audit of a
+    fresh identity's every task, flagged, and placed on no more; no honest node gets a wrong verdict."""
+    liar = NodeProc(relay, tmp_path / "liar", "127.0.0.30", artifacts.reactor, lie_every=3)
+    try:
+        register(relay, machine_profile, liar.key)
+        until("the liar proven", 60, lambda: proven(relay, liar.node_id))
+        client = JobClient(relay.url)
+        from host_runner.job_client import read_manifest
+
+        body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [[str(s), "100000"] for s in range(40)],
+                                                   nodes=5))
+        job_id = client.submit(body, blobs, submitter[1])["id"]
+        state = until("the job ends", 120, lambda: (s := client.status(job_id))["state"] in ("done", "failed") and s)
+        attempts = [a for t in state["tasks"] for a in t["attempts"]]
+        lies = [a for a in attempts if a["node_id"] == liar.node_id and a["verdict"] == "wrong"]
+        assert lies, "the precondition: the liar ran tasks and lied on one"
+        assert state["state"] == "done" and all(t["state"] == "done" for t in state["tasks"])
+        assert not [a for a in attempts if a["verdict"] == "wrong" and a["node_id"] != liar.node_id]
+        caught_at = min(a["ended_at"] for a in lies)
+        assert not [a for a in attempts if a["node_id"] == liar.node_id and a["placed_at"] > caught_at + 0.5]
+        assert node(relay, liar)["trust"]["status"] == "flagged"
+        for t in state["tasks"]:  # no lie was accepted: the made-up outputs are one hex word, the true ones three
+            assert len(t["stdout"].split()) == 3, t
+    finally:
+        liar.stop()
+
+
+def test_a_node_killed_mid_job_has_its_tasks_placed_again(relay: RelayProcess, fleet: list[NodeProc],
+                                                          submitter: tuple[Path, NodeKey], tmp_path: Path) -> None:
+    """kill -9 of a node running tasks: each of its attempts is lost and placed again within two liveness
+    intervals (the relay's heartbeat interval, 0.5 s here), the job completes, and no task counts twice."""
+    victim = NodeProc(relay, tmp_path / "victim", "127.0.0.40", None)  # never proven: it must never get work
+    client = JobClient(relay.url)
+    from host_runner.job_client import read_manifest
+
+    body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [[str(s), "150000000"] for s in range(8)],
+                                               audit=0.0))
+    doomed: NodeProc | None = None
+    try:
+        job_id = client.submit(body, blobs, submitter[1])["id"]
+
+        def running_on_fleet() -> dict[str, Any] | None:
+            s = client.status(job_id)
+            return s if sum(1 for t in s["tasks"] for a in t["attempts"] if a["state"] == "running") >= 2 else None
+
+        state = until("tasks running", 60, running_on_fleet)
+        busy = {a["node_id"] for t in state["tasks"] for a in t["attempts"] if a["state"] == "running"}
+        doomed = next(n for n in fleet if n.node_id in busy)
+        doomed.kill9()
+        killed_at = time.time()
+        final = until("the job ends", 120, lambda: (s := client.status(job_id))["state"] in ("done", "failed") and s)
+        assert final["state"] == "done", final["counts"]
+        lost = [(t, a) for t in final["tasks"] for a in t["attempts"] if a["state"] == "lost"]
+        assert lost and all(a["node_id"] == doomed.node_id for _, a in lost)
+        for task, a in lost:
+            again = [b for b in task["attempts"] if b["attempt"] > a["attempt"]]
+            assert again and again[0]["placed_at"] - killed_at <= 2 * 0.5 + 0.5, (a, again)
+        assert all(sum(1 for a in t["attempts"] if a["verdict"] in ("agreed", "unchecked")) == 1
+                   for t in final["tasks"])
+        attempts = [a for t in final["tasks"] for a in t["attempts"]]
+        assert not [a for a in attempts if a["node_id"] == victim.node_id]
+    finally:
+        victim.stop()
+        if doomed is not None:
+            fleet.remove(doomed)  # the later tests run on the nodes still alive
+
+
+def test_bad_input_gets_a_clear_answer(relay: RelayProcess, fleet: list[NodeProc], submitter: tuple[Path, NodeKey],
+                                       tmp_path: Path) -> None:
+    """Unknown submitter, a module that is not wasm, an unknown blob, nested JSON: each a 4xx naming the problem;
+    a task that traps, loops, allocates past its limit or floods stdout fails alone, with the reason."""
+    stranger = NodeKey.generate()
+    client = JobClient(relay.url)
+    from common.errors import UserError
+    from host_runner.job_client import read_manifest
+
+    body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [["1", "10"]]))
+    with pytest.raises(UserError, match="403 unknown_submitter"):
+        client.submit(body, blobs, stranger)
+    with pytest.raises(UserError, match="422 unknown_blob"):
+        client.submit({**body, "module": {"sha256": "0" * 64}}, {}, submitter[1])
+    junk = b"#!/bin/sh\necho hi\n"
+    junk_sha = hashlib.sha256(junk).hexdigest()
+    with pytest.raises(UserError, match="422 not_wasm"):
+        client.submit({**body, "module": {"sha256": junk_sha}}, {junk_sha: junk}, submitter[1])
+    nested = b'{"request": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(urllib.request.Request(relay.url + "/v1/jobs", data=nested, method="POST"), timeout=10)
+    assert caught.value.code in (400, 422)
+    cases = [["trap"], ["loop"], ["alloc", "100"], ["flood"], ["1", "1000"]]
+    m = json.loads(write_manifest(tmp_path / "bad.json", cases).read_text())
+    m["limits"].update(wall_ms=1500, memory_mib=24)  # work.wasm starts with 16 MiB + 64 KiB
+    (tmp_path / "bad.json").write_text(json.dumps(m))
+    body, blobs = read_manifest(tmp_path / "bad.json")
+    job_id = client.submit(body, blobs, submitter[1])["id"]
+    state = until("the job ends", 120, lambda: (s := client.status(job_id))["state"] in ("done", "failed") and s)
+    by = {tuple(args): t for args, t in zip(cases, state["tasks"], strict=True)}
+    assert state["state"] == "failed"
+    assert "trapped" in by[("trap",)]["error"] and "wall-clock" in by[("loop",)]["error"]
+    assert by[("alloc", "100")]["stdout"].startswith("allocation failed")  # the module saw its limit
+    assert "output_bytes" in by[("flood",)]["error"]
+    assert by[("1", "1000")]["state"] == "done"
+    assert relay.get("/beacon")[0] == 200 and os.path.exists(relay.log)
