@@ -45,8 +45,8 @@ def main() -> None:
         return TaskOutcome(0, made_up, None, outcome.fuel_used, outcome.wall_ms)
 
     session = LiveSession(args.relay, key, reactor_wasm=args.reactor, job_slots=args.slots,
-                          connect_options={"source_address": (args.address, 0)}, say=lambda line: print(line, flush=True),
-                          task_tamper=lie if args.lie_every else None)
+                          connect_options={"source_address": (args.address, 0)},
+                          say=lambda line: print(line, flush=True), task_tamper=lie if args.lie_every else None)
     session.start()
     print("ready", flush=True)
     threading.Event().wait()

@@ -249,3 +249,33 @@ def test_bad_input_gets_a_clear_answer(relay: RelayProcess, fleet: list[NodeProc
     assert "output_bytes" in by[("flood",)]["error"]
     assert by[("1", "1000")]["state"] == "done"
     assert relay.get("/beacon")[0] == 200 and os.path.exists(relay.log)
+
+
+def test_kill9_of_the_relay_loses_no_job_and_no_finished_result(relay: RelayProcess, fleet: list[NodeProc],
+                                                                 submitter: tuple[Path, NodeKey],
+                                                                 tmp_path: Path) -> None:
+    """The relay (SQLite) killed with -9 mid-job and started again on its data: the job is there, every result
+    finished before the kill is kept as it was, the nodes come back, and the job completes. (Last in this
+    module: it restarts the module's relay.)"""
+    from host_runner.job_client import read_manifest
+
+    client = JobClient(relay.url)
+    body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [[str(s), "60000000"] for s in range(16)],
+                                               audit=0.0))
+    job_id = client.submit(body, blobs, submitter[1])["id"]
+    before = until("some tasks done", 60, lambda: (s := client.status(job_id))["counts"]["done"] >= 3 and s)
+    relay.kill9()
+    relay.start()
+    after = client.status(job_id)  # at once: what the store kept
+    done_before = {t["task"]: t for t in before["tasks"] if t["state"] == "done"}
+    assert done_before
+    for index, task in done_before.items():
+        kept = after["tasks"][index]
+        assert (kept["state"], kept["exit_code"], kept["stdout"], kept["output_sha256"]) == (
+            "done", task["exit_code"], task["stdout"], task["output_sha256"])
+    final = until("the job completes after the restart", 120,
+                  lambda: (s := client.status(job_id))["state"] in ("done", "failed") and s)
+    assert final["state"] == "done", final["counts"]
+    restarted = [a for t in final["tasks"] for a in t["attempts"] if a["error"] == "the relay restarted"]
+    assert all(sum(1 for a in t["attempts"] if a["verdict"] in ("agreed", "unchecked")) >= 1 for t in final["tasks"])
+    assert restarted or before["counts"]["running"] == 0  # attempts in flight at the kill were placed again
