@@ -187,3 +187,26 @@ def test_false_accept_odds_fall_with_redundancy_and_audit() -> None:
     assert false_accept_odds(1, 0.05, 0.0) == 0.95
     assert false_accept_odds(2, 0.0, 0.1) == 0.1 and false_accept_odds(3, 0.0, 0.1) == 0.1
     assert false_accept_odds(5, 0.0, 0.1) < false_accept_odds(3, 0.0, 0.1)
+
+
+def test_a_caught_liar_has_its_unchecked_outputs_in_running_jobs_checked_again() -> None:
+    book = JobBook(JobsConfig())
+    cands = nodes(4, slots=2)
+    seasoned(book, cands)
+    j = job(manifest(tasks=3))  # audit 0: nothing checked
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    liar = j.tasks[0].running()[0].node_id
+    answer(book, j, liar, "lie")
+    assert j.tasks[0].state == "done" and j.tasks[0].attempts[0].verdict == "unchecked"
+    changes = book.suspect(liar, 1.0)
+    assert [t.index for _, t in changes.tasks] == [0] and j.tasks[0].state == "running" and j.tasks[0].wanted() == 1
+    out, _ = book.place(cands, lambda _: None, 1.0)
+    honest = [d.attempt.node_id for d in out if d.task.index == 0]
+    assert honest and liar not in honest
+    answer(book, j, honest[0], "truth")
+    assert j.tasks[0].state == "running" and j.tasks[0].replicas == 3  # 1:1, a third node decides
+    book.place(cands, lambda _: None, 2.0)
+    third = [a.node_id for a in j.tasks[0].running()]
+    answer(book, j, third[0], "truth")
+    assert j.tasks[0].stdout == b"truth" and j.tasks[0].attempts[0].verdict == "wrong"

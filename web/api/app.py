@@ -202,6 +202,7 @@ async def checks(request: Request) -> Response:
     cost, and the honest false-reject rate this relay saw (web/proof/checks.py)."""
     relay = relay_of(request)
     body = check_odds(relay.config, relay.challenges.roll.after_deadline_rate())
+    body["jobs"] = relay.jobs.checks()  # dispatched work: quorum and audit odds (web/jobs/rules.py)
     config = relay.config
     body["relay_loop_lag"] = {
         **relay.loop_lag.summary(time.perf_counter()),

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from capsule.schemas import SCHEMA_DIR
+from web.jobs.openapi import paths as job_paths
 
 
 def _schema(name: str) -> dict[str, Any]:
@@ -118,5 +119,6 @@ def document() -> dict[str, Any]:
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
+            **job_paths(),
         },
     }

@@ -92,10 +92,12 @@ class Job:
     finished_at: float | None = None
     events: deque[dict[str, Any]] = field(default_factory=deque)
     seq: int = 0
+    tally: Counter[str] = field(default_factory=Counter)   # tasks by state (kept as states change: O(1) reads)
+    pending: deque[int] = field(default_factory=deque)     # tasks that may want an attempt, retries first
+    pending_set: set[int] = field(default_factory=set)
 
     def counts(self) -> dict[str, int]:
-        counts = Counter(t.state for t in self.tasks)
-        return {k: counts.get(k, 0) for k in ("queued", "running", "done", "failed", "cancelled")}
+        return {k: self.tally.get(k, 0) for k in ("queued", "running", "done", "failed", "cancelled")}
 
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "state": self.state, "kind": self.manifest.kind, "submitter": self.submitter,
@@ -141,6 +143,7 @@ class JobBook:
         self.active: list[str] = []                 # jobs with tasks not finished, oldest first
         self.running: Counter[str] = Counter()      # node -> attempts running there, of every job
         self.checked: Counter[str] = Counter()      # node -> its outputs another node confirmed
+        self.flying: dict[tuple[str, int, int], tuple[Job, Task, Attempt]] = {}  # every running attempt
 
     # --- jobs ----------------------------------------------------------------------------------------
 
@@ -148,15 +151,19 @@ class JobBook:
         if not job.tasks:
             job.tasks = [Task(i, spec, job.manifest.placement.redundancy) for i, spec in enumerate(job.manifest.tasks)]
         self.jobs[job.id] = job
+        job.tally = Counter(t.state for t in job.tasks)
         if job.state not in TERMINAL:
             self.active.append(job.id)
             for task in job.tasks:
                 for a in task.running():
                     self.running[a.node_id] += 1
+                    self.flying[(job.id, task.index, a.n)] = (job, task, a)
+                if task.state not in TERMINAL:
+                    self._want(job, task)
         self._event(job, "job", {"state": job.state, "counts": job.counts()}, now)
 
     def in_flight(self, submitter: str) -> int:
-        return sum(sum(1 for t in self.jobs[j].tasks if t.state not in TERMINAL)
+        return sum(self.jobs[j].tally["queued"] + self.jobs[j].tally["running"]
                    for j in self.active if self.jobs[j].submitter == submitter)
 
     def cancel(self, job_id: str, now: float) -> Changes:
@@ -171,7 +178,7 @@ class JobBook:
             for a in task.running():
                 self._end_attempt(job, task, a, "cancelled", now, changes)
                 nodes.add(a.node_id)
-            task.state = "cancelled"
+            self._set_state(job, task, "cancelled")
             changes.tasks.append((job, task))
         changes.cancel = [(n, job_id) for n in sorted(nodes)]
         self._finish_job(job, "cancelled", now, changes)
@@ -186,12 +193,12 @@ class JobBook:
         out: list[Dispatch] = []
         live = {c.node_id: c for c in candidates}
         free = {c.node_id: c.slots - self.running[c.node_id] for c in candidates}
+        free_total = sum(max(0, v) for v in free.values())
         for job_id in list(self.active):
-            if not any(v > 0 for v in free.values()):
+            if free_total <= 0:
                 break
             job = self.jobs[job_id]
-            pending = [t for t in job.tasks if t.wanted() > 0]
-            if not pending:
+            if not job.pending:
                 continue
             want = job.manifest.placement
             fresh = [Candidate(**{**c.__dict__, "running": self.running[c.node_id],
@@ -199,14 +206,34 @@ class JobBook:
             ranked = rank(fresh, want.min, want.region, rtt_for(job), job.seed, job.id)
             order = {r.candidate.node_id: i for i, r in enumerate(ranked)}
             job.pool = [n for n in job.pool if n in order]  # a pool node that dropped or is no longer proven leaves
-            for task in pending:
+            kept: list[int] = []  # tasks that still want an attempt no node can take now, in their order
+            while job.pending and free_total > 0:
+                index = job.pending.popleft()
+                task = job.tasks[index]
                 while task.wanted() > 0:  # (an audit decided at the first placement asks one more)
                     chosen = self._choose(job, task, ranked, order, free, want.nodes)
                     if chosen is None:
                         break
                     out.append(self._dispatch(job, task, chosen, live, now, changes))
                     free[chosen.candidate.node_id] -= 1
+                    free_total -= 1
+                if task.wanted() > 0:
+                    kept.append(index)
+                else:
+                    job.pending_set.discard(index)
+            job.pending.extendleft(reversed(kept))
         return out, changes
+
+    def _want(self, job: Job, task: Task) -> None:
+        """`task` may want an attempt: the next placement looks at it (first)."""
+        if task.index not in job.pending_set and task.state not in TERMINAL:
+            job.pending_set.add(task.index)
+            job.pending.appendleft(task.index)
+
+    def _set_state(self, job: Job, task: Task, state: str) -> None:
+        job.tally[task.state] -= 1
+        task.state = state
+        job.tally[state] += 1
 
     def _choose(self, job: Job, task: Task, ranked: list[Ranked], order: dict[str, int], free: dict[str, int],
                 pool_size: int) -> Ranked | None:
@@ -245,8 +272,9 @@ class JobBook:
         attempt = Attempt(len(task.attempts), c.node_id, c.address, now, reason)
         task.attempts.append(attempt)
         self.running[c.node_id] += 1
+        self.flying[(job.id, task.index, attempt.n)] = (job, task, attempt)
         if task.state == "queued":
-            task.state = "running"
+            self._set_state(job, task, "running")
             changes.tasks.append((job, task))
             self._event(job, "task", {"task": task.index, "state": "running", "node_id": c.node_id}, now)
         if job.state == "queued":
@@ -285,34 +313,48 @@ class JobBook:
     def lost(self, node_id: str, now: float, why: str) -> Changes:
         """Every attempt running on `node_id` ends (its session closed, it went offline): placed again."""
         changes = Changes()
+        for job, task, a in [f for f in self.flying.values() if f[2].node_id == node_id]:
+            a.error = why
+            self._end_attempt(job, task, a, "lost", now, changes)
+            self._event(job, "task", {"task": task.index, "state": "requeued", "node_id": node_id,
+                                      "reason": why}, now)
+            self._settle(job, task, now, changes)
+        return changes
+
+    def suspect(self, node_id: str, now: float) -> Changes:
+        """A node's output just lost a majority: every output of it accepted unchecked in a job still running is
+        checked now (one more node must agree with it before it stands)."""
+        changes = Changes()
         for job_id in list(self.active):
             job = self.jobs[job_id]
             for task in job.tasks:
-                for a in task.running():
-                    if a.node_id == node_id:
-                        a.error = why
-                        self._end_attempt(job, task, a, "lost", now, changes)
-                        self._event(job, "task", {"task": task.index, "state": "requeued", "node_id": node_id,
-                                                  "reason": why}, now)
-                        self._settle(job, task, now, changes)
+                if task.state != "done" or not any(a.node_id == node_id and a.verdict == "unchecked"
+                                                   for a in task.attempts):
+                    continue
+                if task.output_sha256 is not None and task.stdout is not None:
+                    task.outputs[task.output_sha256] = task.stdout
+                self._set_state(job, task, "running")
+                task.replicas, task.stdout = max(task.replicas, 2), None
+                task.exit_code = task.output_sha256 = None
+                changes.tasks.append((job, task))
+                self._want(job, task)
+                self._event(job, "task", {"task": task.index, "state": "rechecked", "node_id": node_id}, now)
         return changes
 
     def expire(self, now: float) -> Changes:
         """Attempts past their wall_ms and the grace are given up (placed again)."""
         changes = Changes()
-        for job_id in list(self.active):
-            job = self.jobs[job_id]
+        for job, task, a in list(self.flying.values()):
             limit_s = job.manifest.limits.wall_ms / 1000 + self.config.deadline_grace_s
-            for task in job.tasks:
-                for a in task.running():
-                    if now - a.placed_at > limit_s:
-                        a.error = f"no result within {limit_s:.0f} s"
-                        self._end_attempt(job, task, a, "expired", now, changes)
-                        self._settle(job, task, now, changes)
+            if now - a.placed_at > limit_s:
+                a.error = f"no result within {limit_s:.0f} s"
+                self._end_attempt(job, task, a, "expired", now, changes)
+                self._settle(job, task, now, changes)
         return changes
 
     def _end_attempt(self, job: Job, task: Task, a: Attempt, state: str, now: float, changes: Changes) -> None:
         a.state, a.ended_at = state, now
+        self.flying.pop((job.id, task.index, a.n), None)
         self.running[a.node_id] -= 1
         if self.running[a.node_id] <= 0:
             del self.running[a.node_id]
@@ -355,17 +397,20 @@ class JobBook:
         errors = [a for a in task.attempts if a.state in ("done", "expired") and a.output is None]
         if len(errors) >= self.config.max_attempts and task.wanted() > 0:
             self._end_task(job, task, "failed", errors[-1].error or "failed", now, changes)
+        elif task.wanted() > 0:
+            self._want(job, task)
 
     def _end_task(self, job: Job, task: Task, state: str, error: str | None, now: float, changes: Changes) -> None:
-        task.state, task.error = state, error
+        self._set_state(job, task, state)
+        task.error = error
         if state != "done":
             task.stdout = None
             task.outputs.clear()
         changes.tasks.append((job, task))
         self._event(job, "task", {"task": task.index, "state": state, "exit_code": task.exit_code,
                                   "output_sha256": task.output_sha256, "error": error}, now)
-        if all(t.state in TERMINAL for t in job.tasks):
-            self._finish_job(job, "done" if all(t.state == "done" for t in job.tasks) else "failed", now, changes)
+        if job.tally["queued"] + job.tally["running"] == 0:
+            self._finish_job(job, "done" if job.tally["done"] == len(job.tasks) else "failed", now, changes)
 
     def _finish_job(self, job: Job, state: str, now: float, changes: Changes) -> None:
         job.state, job.finished_at = state, now

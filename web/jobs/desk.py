@@ -23,7 +23,7 @@ from web.jobs.book import TERMINAL, Changes, Dispatch, Job, JobBook
 from web.jobs.config import JobsConfig
 from web.jobs.job_store import JobStore
 from web.jobs.ports import NodeView
-from web.jobs.rules import Candidate
+from web.jobs.rules import Candidate, odds
 
 log = logging.getLogger("ce.jobs")
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -66,6 +66,7 @@ class JobDesk:
         self._followers: dict[str, Followers] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.accepted = 0                         # results taken (metrics)
+        self.verdicts: dict[str, int] = {"agreed": 0, "wrong": 0}  # checked outputs, since the relay started
 
     def load(self, now: float) -> int:
         """Jobs not finished when the relay stopped: their running attempts are placed again (a late result of
@@ -187,10 +188,18 @@ class JobDesk:
                                             "fuel_used": receipt["fuel_used"], "exit_code": receipt["exit_code"],
                                             "error": error, "verdict": attempt.verdict})
         for verdict in changes.verdicts:
+            self.verdicts["agreed" if verdict.agreed else "wrong"] += 1
             if not verdict.agreed:
+                self._after(self.book.suspect(verdict.node_id, time.time()))
                 await self.view.wrong_output(verdict.node_id, f"job {verdict.job_id[:16]}... task {verdict.task}: "
                                                               "its output lost the majority")
         self._wake.set()
+
+    def checks(self) -> dict[str, Any]:
+        """GET /v1/checks "jobs": the odds, and the verdicts this relay gave (a wrong verdict on an honest node
+        is a false reject: bench/dispatch.py measures their rate on honest nodes, BENCHMARKS.md)."""
+        return {**odds(self.config.audit_share, self.config.audit_all_until_checked),
+                "verdicts_since_start": dict(self.verdicts)}
 
     # --- the loop ------------------------------------------------------------------------------------
 

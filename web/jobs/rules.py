@@ -13,6 +13,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from capsule.job_records import Minimums
 
@@ -111,3 +112,27 @@ def false_accept_odds(redundancy: int, audit_share: float, liar_share: float) ->
     if redundancy >= 2:
         return liar_share ** (redundancy // 2)
     return (1 - audit_share) + audit_share * liar_share
+
+
+LIAR_SHARES = (0.0, 0.1, 0.3)  # shares of colluding liars among the other nodes, in GET /v1/checks
+
+
+def odds(audit_share: float, audit_all_until_checked: int) -> dict[str, Any]:
+    """GET /v1/checks "jobs": the chance that one wrong output is accepted, per redundancy and audit share."""
+    return {
+        "what": "a dispatched task's output is accepted only when the majority of the nodes that ran it agree "
+                "(redundancy R); with R = 1 a share of tasks (audit) runs again on a node of another address, and "
+                "a mismatch goes to a third; a node whose output lost is flagged and placed on no more work",
+        "novices": f"every task of a node with fewer than {audit_all_until_checked} outputs confirmed by another node "
+                   "is audited: a fresh identity lies unaudited only after that much checked, honest work",
+        "false_accept_per_lie": {
+            f"R={r}" + (f", audit={a:g}" if r == 1 else ""): {f"liars {f:g}": round(false_accept_odds(r, a, f), 6)
+                                                              for f in LIAR_SHARES}
+            for r, a in ((1, 0.0), (1, audit_share), (1, 1.0), (2, 0.0), (3, 0.0))},
+        # a node lying on a share of its tasks is caught at its first audited lie (a colluding auditor aside):
+        # until then, each of its lies is accepted with the odds above; expected lies accepted first:
+        "lies_accepted_before_caught": {f"audit={a:g}": round((1 - a) / a, 1) for a in (audit_share, 0.2, 0.5)},
+        "after_a_catch": "every output of the caught node accepted unchecked in a job still running is checked "
+                         "again; jobs that had ended keep their results",
+        "default_audit_share": audit_share,
+    }
