@@ -37,6 +37,7 @@ PYODIDE_VERSION = "314.0.8"
 PYODIDE_FILES = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"]
 RFC8785_WHEEL = "rfc8785-0.1.4-py3-none-any.whl"
 NOBLE_VERSION = "3.2.0"  # @noble/ed25519: the signer for browsers without WebCrypto Ed25519
+WASI_SHIM_VERSION = "0.4.2"  # @bjorn3/browser_wasi_shim: dispatched WASI tasks in the join page's task worker
 CACHE = Path(os.environ.get("CE_BENCH_CACHE", Path.home() / ".cache" / "ce-bench"))
 
 # -ffp-contract=off: no fused multiply-add anywhere, so a native build of the same C produces the same
@@ -201,7 +202,7 @@ def web_sources() -> list[Path]:
 
 
 def web_digest() -> str:
-    digest = hashlib.sha256(f"{PYODIDE_VERSION} {NOBLE_VERSION} {RFC8785_WHEEL}".encode())
+    digest = hashlib.sha256(f"{PYODIDE_VERSION} {NOBLE_VERSION} {WASI_SHIM_VERSION} {RFC8785_WHEEL}".encode())
     for path in web_sources():
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
@@ -233,6 +234,9 @@ def build_web(force: bool = False) -> Path:
     (web / "vendor").mkdir()
     shutil.copy2(noble / "index.js", web / "vendor" / "noble-ed25519.js")
     shutil.copy2(noble / "LICENSE", web / "vendor" / "noble-ed25519.LICENSE")
+    shim = fetch_npm("@bjorn3/browser_wasi_shim", WASI_SHIM_VERSION)
+    shutil.copytree(shim / "dist", web / "vendor" / "browser_wasi_shim", ignore=shutil.ignore_patterns("*.tsbuildinfo"))
+    shutil.copy2(shim / "LICENSE-MIT", web / "vendor" / "browser_wasi_shim" / "LICENSE-MIT")
     for shader in shader_sources():
         shutil.copy2(shader, web / "shaders" / shader.name)
     for source in page_sources():

@@ -80,9 +80,8 @@ def idle_sessions(relay: RelayProcess, count: int) -> tuple[asyncio.Event, Stats
 
 def wait_done(client: JobClient, job_id: str, poll_s: float = 0.01) -> dict[str, Any]:
     while True:
-        state = client.status(job_id)
-        if state["state"] in ("done", "failed", "cancelled"):
-            return state
+        if client.status(job_id, tasks=False)["state"] in ("done", "failed", "cancelled"):
+            return client.status(job_id)
         time.sleep(poll_s)
 
 
@@ -129,7 +128,8 @@ def main() -> int:
             try:
                 for w in workers:
                     register(relay, profile, w.key)
-                until("workers proven", 120, lambda: all(proven(relay, w.node_id) for w in workers))
+                until("workers proven", 120, lambda: all(proven(relay, w.node_id) for w in workers),
+                      lambda: [relay.get(f"/v1/nodes/{w.node_id}")[1]["trust"]["reason"] for w in workers])
                 until(f"{args.sessions} idle sessions", 120,
                       lambda: relay.get("/fabric/stats")[1]["nodes"] >= args.sessions + args.workers)
                 client = JobClient(relay.url)

@@ -10,6 +10,7 @@ import { answersWorkers, followClaims } from "./claims.js";
 import { gpuChallengeAnswerer } from "./gpu-challenge.js";
 import { probeLandmarks } from "./landmarks.js";
 import { getBeacon, liveSession, pendingProfile, postProfile } from "./relay.js";
+import { taskRunner } from "./tasks.js";
 import { call, probeWorkerPool } from "./workers.js";
 
 const $ = (id) => document.getElementById(id);
@@ -260,7 +261,18 @@ async function join() {
       window.ceProfile = following = again.profile;
       return again.profile;
     }, sayClaims);
-    liveSession(nodeId, key, py, (m) => {
+    let session = null;
+    const sendLive = (message) => session && session.send(message);
+    const runner = taskRunner(nodeId, key, py, (message) => sendLive(message), (e) => {
+      if (e.type === "task_started") $("tasks").textContent = `running task ${e.task} of job ${e.job.slice(0, 12)}…`;
+      if (e.type === "task_done") {
+        tasksDone++;
+        $("tasks").textContent = `${tasksDone} task(s) run; the last: ${e.error ? e.error : `exit ${e.exit_code}`}`;
+      }
+    });
+    let tasksDone = 0;
+    const consent = $("accept-tasks");
+    session = liveSession(nodeId, key, py, (m) => {
       follow(m);
       if (m.type === "ack" || m.type === "challenge_result") {
         if (m.type === "ack") acks++;
@@ -271,7 +283,11 @@ async function join() {
       if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
       if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
     }, answerer, result.profile.gpus.length && navigator.gpu ? gpuChallengeAnswerer("/shaders/") : null,
-    (line) => { $("peers").textContent = line; });
+    (line) => { $("peers").textContent = line; }, { runner, allowed: () => consent.checked });
+    consent.onchange = () => {
+      session.tasksChanged();
+      $("tasks").textContent = consent.checked ? "tasks allowed: waiting for work" : "tasks stopped";
+    };
     probeLandmarks(nodeId, key, py, (line) => { $("landmarks").textContent = line; });
     countdown(nodeId);
   } catch (err) {

@@ -58,7 +58,10 @@ export const relaySigned = (sample, py) => signedBy(sample, "sig_b", sample.b, p
 // roll call sends them with the SGEMM challenge, and both are answered side by side (openers by challenge id).
 // peerReport, when given, takes part in node-to-node probes (browser_node/peer-probe.js) while the tab is
 // visible, and hears one line per probe.
-export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswerer = null, peerReport = null) {
+// tasks: a taskRunner (tasks.js) and whether its user allows tasks now ({runner, allowed: () => bool}); the
+// session offers one slot for dispatched work while allowed (docs/jobs.md).
+export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswerer = null, peerReport = null,
+                            tasks = null) {
   const relays = [`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`];
   let current = 0, ws, seq = 0, timer = null, stopped = false;
   const openers = new Map(); // challenge id -> the answerer that committed to it (SGEMM and GPU may both be open)
@@ -83,6 +86,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
     }
   };
   const peers = () => { if (prober && named) send({ type: "peers", transports: document.hidden ? [] : ["webrtc"] }); };
+  const jobs = () => { if (tasks && named) send({ type: "jobs", slots: tasks.allowed() ? 1 : 0 }); };
   // solo challenges a roll call withdrew (its challenge names them in "withdraws"): their work stops after the
   // product in progress (the answerer's halt) and nothing is sent for them; the relay judges them neither way
   const withdrawn = new Set();
@@ -130,6 +134,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         await beat();
         named = true;
         peers();
+        jobs();
         // "pongs": the one heartbeat above binds the session and pongs keep it live (a phone wakes half as
         // often); an older relay wants a heartbeat every interval / 2
         if (m.liveness !== "pongs") timer = setInterval(beat, (m.heartbeat_interval_s * 1000) / 2);
@@ -143,6 +148,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
       } else if (m.type === "open" && openers.has(m.id)) answer(() => openers.get(m.id).open(m), m.id);
       else if (m.type === "challenge_result" || m.type === "withdrawn") { openers.delete(m.id); withdrawn.delete(m.id); }
       else if ((m.type === "peer_probe" || m.type === "peer_answer") && prober && !document.hidden) prober.handle(m);
+      else if ((m.type === "task" || m.type === "task_cancel") && tasks && tasks.allowed()) tasks.runner.handle(m);
       else if (m.type === "cosign") {
         // the relay measured this node's link from pings and signed it (sig_b); co-sign only our own link
         const s = m.sample || {};
@@ -165,8 +171,12 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
   };
   connect();
   return {
+    send, // (the task runner's results go back on the current connection)
+    // the user ticked or unticked "run tasks": the slot is offered or withdrawn (a running task stops)
+    tasksChanged() { if (tasks && !tasks.allowed()) tasks.runner.stop(); jobs(); },
     stop() {
       stopped = true; clearInterval(timer); ws.close();
+      if (tasks) tasks.runner.stop();
       document.removeEventListener("visibilitychange", hello);
       document.removeEventListener("visibilitychange", peers);
       if (answerer) answerer.stop();

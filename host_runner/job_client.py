@@ -93,8 +93,8 @@ class JobClient:
         return self._call("POST", "/v1/jobs", {"request": request,
                                                "blobs": {k: base64.b64encode(v).decode() for k, v in blobs.items()}})
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/jobs/{job_id}")
+    def status(self, job_id: str, tasks: bool = True) -> dict[str, Any]:
+        return self._call("GET", f"/v1/jobs/{job_id}" + ("" if tasks else "?tasks=false"))
 
     def cancel(self, job_id: str, signer: Signer) -> dict[str, Any]:
         body = sign("JobCancel", {"job_id": job_id, "submitter": node_id(signer), "at": int(time.time())}, signer)
@@ -169,5 +169,5 @@ class _Bar:
         if time.monotonic() - self.polled < 1.0:  # task events say little of the counts; a poll a second does
             return
         self.polled = time.monotonic()
-        counts = client.status(job_id).get("counts") or {}
+        counts = client.status(job_id, tasks=False).get("counts") or {}
         self.show(counts, sum(counts.values()))

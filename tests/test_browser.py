@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,9 @@ from capsule import gpu_policy as policy
 from capsule.canonical import signing_message
 from capsule.peerid import peer_id_from_public_key
 from capsule.probe_report import parse_report
-from capsule.signing import verify_record
+from capsule.signing import sign, verify_record
+from common.keys import NodeKey
+from host_runner.relay_client import post_profile
 from tests.conftest import ROOT, Artifacts
 from tests.relay_process import RelayProcess
 
@@ -439,9 +442,11 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
     CPython signs; then it answers the relay's challenges in its probe workers with the capsule's own code,
     becomes verified and is counted; its node page and the network page say so; a second visit keeps its key.
     (A hidden tab opting out is tested with a real hidden tab in tests/test_promises_join_page.py.)"""
+    submitter = NodeKey.generate()
     fast = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1",
             "--beacon-interval", "1", "--roll-call-interval-s", "5",
-            "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5", "--roll-call-target-s", "1"]
+            "--roll-call-min-gap-s", "5", "--roll-call-llm-offset-s", "2.5", "--roll-call-target-s", "1",
+            "--job-submitter", submitter.node_id]
     with RelayProcess(tmp_path / "data", *fast) as r:
         ARTIFACTS.mkdir(exist_ok=True)
         profile = join(page, r)
@@ -494,6 +499,7 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         assert trust["counted"]["tokens_per_sec"] > 0
         assert "challenges passed" in page.locator("#live").inner_text()
         assert r.get("/stats")[1]["verified_nodes"] == 1
+        runs_tasks_beside_a_server(page, r, profile, submitter, tmp_path, artifacts)
         # the node page shows the trust state and the history chart; the network table marks the node
         other = page.context.new_page()
         other.goto(r.url + f"/nodes/{node_id}")
@@ -530,6 +536,51 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length > 0", timeout=20_000)
         assert profile["node_id"][:14] in page.locator("#nodes").inner_text()
         page.screenshot(path=str(ARTIFACTS / "network.png"), full_page=True)
+
+
+def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, Any], submitter: NodeKey,
+                               tmp_path: Path, artifacts: Artifacts) -> None:
+    """Dispatched work on a join page (issue 44): the page takes tasks only once its user ticked "run tasks";
+    a job with redundancy 2 runs every task on the page (browser_wasi_shim in a worker) and on a server node,
+    and the outputs agree with each other and with `wasmtime run` here."""
+    from host_runner.job_client import JobClient, read_manifest
+    from tests.test_dispatch import WORK, NodeProc, proven
+
+    page.check("#accept-tasks")
+    page.wait_for_function("() => document.getElementById('tasks').textContent.includes('waiting for work')")
+    server = NodeProc(r, tmp_path / "server-node", "127.0.0.50", artifacts.reactor)
+    try:
+        body = {k: v for k, v in profile.items() if k != "sig"}
+        body = json.loads(json.dumps(body))
+        body.update(node_id=server.node_id, measured_at=int(time.time()))
+        body["cpu"]["gflops_fp32"] = round(0.3 * body["cpu"]["gflops_fp32"], 3)
+        body["llm"]["tokens_per_sec"], body["gpus"] = None, []
+        post_profile(r.url, sign("NodeProfile", body, server.key))
+        deadline = time.monotonic() + 60
+        while not proven(r, server.node_id):
+            assert time.monotonic() < deadline, "the server node was not proven within 60 s"
+            time.sleep(0.5)
+        tasks = [[str(seed), "3000000"] for seed in range(4)] + [["exit", "7"]]
+        (tmp_path / "job.json").write_text(json.dumps({
+            "v": 2, "kind": "wasi", "module": {"path": str(WORK)}, "tasks": [{"args": a} for a in tasks],
+            "limits": {"memory_mib": 32, "wall_ms": 30000, "output_bytes": 1024},
+            "placement": {"nodes": 2, "redundancy": 2}}))
+        client = JobClient(r.url)
+        job_id = client.submit(*read_manifest(tmp_path / "job.json"), submitter)["id"]
+        deadline = time.monotonic() + 90
+        while (state := client.status(job_id))["state"] not in ("done", "failed"):
+            assert time.monotonic() < deadline, state["counts"]
+            time.sleep(0.5)
+        assert state["state"] == "done", state
+        for task, args in zip(state["tasks"], tasks, strict=True):
+            agreed = {a["node_id"] for a in task["attempts"] if a["verdict"] == "agreed"}
+            assert agreed == {profile["node_id"], server.node_id}, task  # the page and the server agreed
+            local = subprocess.run([str(Path(sys.executable).parent / "wasmtime"), "run", str(WORK), *args],
+                                   capture_output=True, text=True, timeout=60)
+            assert (task["exit_code"], task["stdout"]) == (local.returncode, local.stdout)
+        assert "task(s) run" in page.locator("#tasks").inner_text()
+    finally:
+        server.stop()
 
 
 AXE_VERSION = "4.14.1"  # axe-core from npm, pinned; fetched once into the build cache like Pyodide

@@ -147,7 +147,9 @@ def _job(desk: JobDesk, request: Request) -> Job:
 
 
 async def get_job(request: Request) -> Response:
-    return JSONResponse(job_json(_job(desk_of(request), request)))
+    """?tasks=false: the job's summary only (its counts), which a follower can poll cheaply."""
+    with_tasks = request.query_params.get("tasks", "true") != "false"
+    return JSONResponse(job_json(_job(desk_of(request), request), with_tasks=with_tasks))
 
 
 async def list_jobs(request: Request) -> Response:
