@@ -126,11 +126,15 @@ class TaskWorker:
             if message.get("job") in self._cancelled:
                 continue
             try:
-                result = self._run(message)
+                result: dict[str, Any] = self._run(message)
             except ValueError as exc:  # a malformed task: said, not run
-                self.send({"type": "error", "code": "bad_task", "detail": str(exc)})
-                continue
-            self.send(result)
+                result = {"type": "error", "code": "bad_task", "detail": str(exc)}
+            try:
+                self.send(result)
+            except Exception as exc:  # noqa: BLE001 - the session closed (its relay died): the relay that places
+                # the task again gets the work; this thread must live on for the next session's tasks
+                if self.say is not None:
+                    self.say(f"a task result was not sent ({type(exc).__name__}): the relay places it again")
 
     def _run(self, message: dict[str, Any]) -> dict[str, Any]:
         job, task, attempt, module_sha, args, stdin_sha, limits = parse_task(message)

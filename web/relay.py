@@ -24,6 +24,7 @@ from web.api.verify_pool import VerifyPool
 from web.beacon import next_round
 from web.config import RelayConfig
 from web.gc_policy import GcPolicy
+from web.jobs.cluster_jobs import JobMirror
 from web.jobs.desk import JobDesk
 from web.jobs.job_store import JobStore
 from web.jobs.relay_view import RelayNodeView
@@ -135,6 +136,11 @@ class Relay:
                                    credentials(self.config))
             self.outbox.cluster = self.cluster
             await self.cluster.start()
+            cluster = self.cluster
+            bucket = f"{self.config.nats_bucket}-jobs"
+            self.jobs.mirror = JobMirror(self.relay_id, lambda: cluster.job_bucket(bucket), cluster.alive_peers)
+            self._tasks += [asyncio.create_task(self.jobs.mirror.write_loop()),
+                            asyncio.create_task(self.jobs.adopt_loop())]
         if self.config.libp2p_listen:
             # in the background: the relay serves at once. Importing py-libp2p and listening took ~0.45 s of
             # every relay's start (0.86 s to the first answer, 0.41 s without a host; 2026-12-06, 2 vCPU), and

@@ -84,13 +84,13 @@ def relay_permissions(bucket: str, region: str | None = None) -> dict[str, dict[
         subjects.scoreboards]
     publish = list(relay_subjects)
     links = f"{bucket}-links" + (f"-{region}" if region else "")
-    for name in (bucket, links):  # web/cluster/nats_cluster.py: the profiles' bucket and the link samples'
+    for name in (bucket, links, f"{bucket}-jobs"):  # the profiles' bucket, the link samples' and the jobs'
         stream = f"KV_{name}"
         publish += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}",
                     f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>",
                     f"$JS.API.CONSUMER.DELETE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.>",
                     f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
-                    f"$JS.API.STREAM.MSG.GET.{stream}",
+                    f"$JS.API.STREAM.MSG.GET.{stream}", "$JS.API.STREAM.NAMES",
                     f"$JS.FC.{stream}.>",  # the watchers' flow-control replies
                     f"$KV.{name}.>"]
     return {"publish": {"allow": publish}, "subscribe": {"allow": [*relay_subjects, "_INBOX.>"]}}

@@ -76,6 +76,7 @@ class Cluster:
         self.nc: Any = None
         self.kv: Any = None
         self.kv_links: Any = None  # the link samples' bucket (key "a.b"): a relay that starts later catches up
+        self.kv_jobs: Any = None  # dispatched jobs (web/jobs/cluster_jobs.py)
         self.links_sent: dict[tuple[str, str], dict[str, Any]] = {}  # this relay's edges as last sent
         self._tasks: list[asyncio.Task[None]] = []
         self._catch_up_needed = asyncio.Event()
@@ -131,7 +132,7 @@ class Cluster:
         log.info("nats reconnected; catching up")
         if self.core.beacons.latest is not None:  # issued while away: peers honour profiles citing it
             self.publish_beacon(self.core.beacons.latest)
-        self.kv = self.kv_links = None
+        self.kv = self.kv_links = self.kv_jobs = None
         self._catch_up_needed.set()
 
     async def _kv(self, name: str) -> Any:
@@ -150,6 +151,12 @@ class Cluster:
             return
         js = self.nc.jetstream(timeout=5, domain=domain)
         await js.publish(f"$JS.{domain}.API.$KV.{kv._name}.{key}", value)
+
+    async def job_bucket(self, name: str) -> Any:
+        """The jobs' bucket (web/jobs/cluster_jobs.py), made on first use; again after a reconnect."""
+        if self.kv_jobs is None:
+            self.kv_jobs = await self._kv(name)
+        return self.kv_jobs
 
     async def _bucket(self) -> Any:
         if self.kv is None:

@@ -20,6 +20,7 @@ from capsule.job_records import JobManifestV2
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
 from web.jobs.book import TERMINAL, Changes, Dispatch, Job, JobBook
+from web.jobs.cluster_jobs import ADOPT_INTERVAL_S, JobMirror
 from web.jobs.config import JobsConfig
 from web.jobs.job_store import JobStore
 from web.jobs.ports import NodeView
@@ -67,6 +68,7 @@ class JobDesk:
         self._background: set[asyncio.Task[None]] = set()
         self.accepted = 0                         # results taken (metrics)
         self.verdicts: dict[str, int] = {"agreed": 0, "wrong": 0}  # checked outputs, since the relay started
+        self.mirror: JobMirror | None = None  # the cluster's copy of the jobs (web/jobs/cluster_jobs.py), with --nats
 
     def load(self, now: float) -> int:
         """Jobs not finished when the relay stopped: their running attempts are placed again (a late result of
@@ -120,6 +122,34 @@ class JobDesk:
 
     def followers(self, job_id: str) -> Followers:
         return self._followers.setdefault(job_id, Followers())
+
+    def blobs_of(self, job: Job, uploaded: dict[str, bytes]) -> dict[str, bytes]:
+        """Every blob the job names (uploaded now or held here)."""
+        m = job.manifest
+        shas = [*([m.module.sha256] if m.module else []), *(t.stdin_sha256 for t in m.tasks if t.stdin_sha256)]
+        return {sha: uploaded[sha] if sha in uploaded else (self.store.blob(sha) or b"") for sha in dict.fromkeys(shas)}
+
+    async def adopt_loop(self) -> None:
+        """Carries on the jobs of relays of the cluster that are gone (web/jobs/cluster_jobs.py)."""
+        mirror = self.mirror
+        if mirror is None:
+            return
+        while True:
+            await asyncio.sleep(ADOPT_INTERVAL_S)
+            try:
+                for job in await mirror.orphans(lambda job_id: job_id in self.book.jobs):
+                    m = job.manifest
+                    shas = [*([m.module.sha256] if m.module else []), *(t.stdin_sha256 for t in m.tasks
+                                                                         if t.stdin_sha256)]
+                    blobs = await mirror.blobs([s for s in dict.fromkeys(shas) if not self.store.has_blob(s)])
+                    if self.store.load_job(job.id) is None:
+                        self.store.add_job(job, blobs)
+                    self.store.save([job], [(job, t) for t in job.tasks],
+                                    [(job, t, a) for t in job.tasks for a in t.attempts], {})
+                    self.book.add(job, time.time())
+                    self._wake.set()
+            except Exception:  # noqa: BLE001 - NATS away, a bucket being made: tried again at the next pass
+                log.exception("adopting jobs failed")
 
     # --- sessions ------------------------------------------------------------------------------------
 
@@ -248,6 +278,13 @@ class JobDesk:
 
     def _after(self, changes: Changes) -> None:
         self._save(changes)
+        if self.mirror is not None:  # decided tasks and ended jobs, for a relay that may carry the job on
+            for job, task in changes.tasks:
+                if task.state in TERMINAL:
+                    self.mirror.task_ended(job, task)
+            for job in changes.jobs:
+                if job.state in TERMINAL:
+                    self.mirror.job_ended(job)
         for job in {id(j): j for j in [*changes.jobs, *(j for j, _ in changes.tasks),
                                        *(j for j, _, _ in changes.attempts)]}.values():
             self.followers(job.id).changed.set()

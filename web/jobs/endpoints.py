@@ -128,8 +128,15 @@ async def post_job(request: Request) -> Response:
         job = desk.submit(body["request"], manifest, blobs, now)
     except ResultError as exc:
         raise Problem(409, exc.code, "the job exists", exc.detail) from None
-    return JSONResponse({"id": job.id, "state": job.state, "tasks": len(job.tasks),
-                         "status": f"/v1/jobs/{job.id}", "events": f"/v1/jobs/{job.id}/events"}, status_code=201)
+    answer = {"id": job.id, "state": job.state, "tasks": len(job.tasks), "status": f"/v1/jobs/{job.id}",
+              "events": f"/v1/jobs/{job.id}/events"}
+    if desk.mirror is not None:  # in a cluster: in JetStream before the answer, so another relay can carry it on
+        try:
+            await asyncio.wait_for(desk.mirror.job_added(job, desk.blobs_of(job, blobs)), 10)
+            answer["cluster"] = "stored in the cluster's bucket"
+        except Exception as exc:  # noqa: BLE001 - NATS away: the job runs here; said, not hidden
+            answer["cluster"] = f"not stored in the cluster ({type(exc).__name__}): only this relay holds it"
+    return JSONResponse(answer, status_code=201)
 
 
 def _job_id(request: Request) -> str:

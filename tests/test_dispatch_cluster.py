@@ -1,0 +1,85 @@
+"""A job outlives the relay that took it (issue 44, "Faults"): two relays on one nats-server with users and the
+relays' permissions (web/cluster/nats_auth.py), node processes homed on relay A, a job submitted to A; A is
+killed with -9 mid-job. Relay B takes the job over from the cluster's JetStream bucket (web/jobs/cluster_jobs.py),
+the nodes move to B by themselves, and the job completes there with every result A had finished kept."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.keys import NodeKey, load_or_create
+from host_runner.job_client import JobClient, read_manifest
+from tests.conftest import Artifacts
+from tests.nats_process import NatsProcess
+from tests.relay_process import RelayProcess, free_port, start_all
+from tests.test_dispatch import NodeProc, proven, register, write_manifest
+from tests.test_proven import ROLL, until
+
+pytestmark = pytest.mark.timed  # the nodes answer roll calls to be proven
+
+
+@pytest.fixture()
+def pair(tmp_path: Path) -> Iterator[tuple[RelayProcess, RelayProcess, NodeKey]]:
+    submitter = load_or_create(tmp_path / "submitter.key")
+    keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(2)]
+    with NatsProcess(tmp_path / "nats", users=["relay-a", "relay-b"]) as nats:
+        ports = [free_port() for _ in range(2)]
+        relays = start_all([RelayProcess(tmp_path / f"r{i}", *ROLL, *nats.relay_args(f"relay-{'ab'[i]}"),
+                                         "--public-url", f"http://127.0.0.1:{ports[i]}",
+                                         "--cluster-peer", keys[1 - i].node_id, "--job-submitter", submitter.node_id,
+                                         port=ports[i]) for i in range(2)])
+        try:
+            yield relays[0], relays[1], submitter
+        finally:
+            for r in relays:
+                r.stop()
+
+
+def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
+        pair: tuple[RelayProcess, RelayProcess, NodeKey], machine_profile: dict[str, Any], artifacts: Artifacts,
+        tmp_path: Path) -> None:
+    a, b, submitter = pair
+    nodes = [NodeProc(a, tmp_path / f"n{i}", f"127.0.0.{60 + i}", artifacts.reactor) for i in range(3)]
+    try:
+        for n in nodes:
+            register(a, machine_profile, n.key)
+        until("three proven nodes on A", 90, lambda: all(proven(a, n.node_id) for n in nodes))
+        body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [[str(s), "40000000"] for s in range(18)],
+                                                   audit=0.0))
+        answer = JobClient(a.url).submit(body, blobs, submitter)
+        assert answer["cluster"] == "stored in the cluster's bucket", answer
+        job_id = answer["id"]
+        before = until("some tasks done on A", 90,
+                       lambda: (s := JobClient(a.url).status(job_id))["counts"]["done"] >= 4 and s)
+        a.kill9()
+        on_b = JobClient(b.url)
+
+        def adopted() -> dict[str, Any] | None:
+            status, body, _ = b.get(f"/v1/jobs/{job_id}")
+            return body if status == 200 else None
+
+        until("B takes the job over", 30, adopted)
+        final = until("the job completes on B", 90,
+                      lambda: (s := on_b.status(job_id))["state"] in ("done", "failed") and s,
+                      lambda: (on_b.status(job_id, tasks=False), b.get("/v1/jobs")[1]["workers"],
+                               [(b.get(f"/v1/nodes/{n.node_id}")[1]["trust"]["status"],
+                                 b.get(f"/v1/nodes/{n.node_id}")[1]["trust"]["counted"],
+                                 b.get(f"/v1/nodes/{n.node_id}")[1]["status"]) for n in nodes]))
+        assert final["state"] == "done", final["counts"]
+        for task in before["tasks"]:
+            if task["state"] == "done":  # what A finished is kept (or, not yet written when A died, run again)
+                kept = final["tasks"][task["task"]]
+                assert (kept["exit_code"], kept["stdout"]) == (task["exit_code"], task["stdout"])
+        assert all(len(t["stdout"].split()) == 3 for t in final["tasks"])
+        ran_on_b = [a_ for t in final["tasks"] for a_ in t["attempts"] if a_["placed_at"] > before["created_at"]]
+        assert ran_on_b and {x["node_id"] for x in ran_on_b} <= {n.node_id for n in nodes}
+        status, metrics_body, _ = b.get("/v1/jobs")
+        assert status == 200 and any(j["id"] == job_id for j in metrics_body["jobs"])
+    finally:
+        for n in nodes:
+            n.stop()
