@@ -90,7 +90,7 @@ def relay_permissions(bucket: str, region: str | None = None) -> dict[str, dict[
                     f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>",
                     f"$JS.API.CONSUMER.DELETE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.>",
                     f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
-                    f"$JS.API.STREAM.MSG.GET.{stream}", "$JS.API.STREAM.NAMES",
+                    f"$JS.API.STREAM.MSG.GET.{stream}",
                     f"$JS.FC.{stream}.>",  # the watchers' flow-control replies
                     f"$KV.{name}.>"]
     return {"publish": {"allow": publish}, "subscribe": {"allow": [*relay_subjects, "_INBOX.>"]}}
