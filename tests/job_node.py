@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--reactor", type=Path)
     parser.add_argument("--slots", type=int, default=1)
     parser.add_argument("--lie-every", type=int, default=0)
+    parser.add_argument("--peer-probes", action="store_true", help="measure RTTs to the nodes the relay pairs it with")
     args = parser.parse_args()
     key = load_or_create(args.key)
     seen = 0
@@ -46,7 +47,8 @@ def main() -> None:
 
     session = LiveSession(args.relay, key, reactor_wasm=args.reactor, job_slots=args.slots,
                           connect_options={"source_address": (args.address, 0)},
-                          say=lambda line: print(line, flush=True), task_tamper=lie if args.lie_every else None)
+                          say=lambda line: print(line, flush=True), task_tamper=lie if args.lie_every else None,
+                          peer_probes=args.peer_probes)
     session.start()
     print("ready", flush=True)
     threading.Event().wait()

@@ -5,7 +5,6 @@ the nodes move to B by themselves, and the job completes there with every result
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -47,13 +47,13 @@ def answer(book: JobBook, j: Job, node: str, out: str, now: float = 1.0, exit_co
     raise AssertionError(f"{node} runs nothing")
 
 
-def test_unproven_full_or_below_min_nodes_are_never_ranked() -> None:
+def test_unproven_or_below_min_nodes_are_never_ranked_and_full_ones_last() -> None:
     cands = [Candidate("proven", "a", True, 1, cpu_gflops=50), Candidate("unproven", "b", False, 4, cpu_gflops=99),
              Candidate("full", "c", True, 1, running=1, cpu_gflops=80), Candidate("slow", "d", True, 1, cpu_gflops=5)]
     m = manifest(min={"cpu_gflops": 10}).placement
-    assert [r.candidate.node_id for r in rank(cands, m.min, None, None, "s", "x")] == ["proven"]
-    m0 = manifest().placement  # without the floor the slow node is eligible too; unproven and full never
-    assert {r.candidate.node_id for r in rank(cands, m0.min, None, None, "s", "x")} == {"proven", "slow"}
+    assert [r.candidate.node_id for r in rank(cands, m.min, None, None, "s", "x")] == ["proven", "full"]
+    m0 = manifest().placement  # without the floor the slow node is eligible too; unproven never
+    assert {r.candidate.node_id for r in rank(cands, m0.min, None, None, "s", "x")} == {"proven", "slow", "full"}
 
 
 def test_near_orders_by_predicted_rtt_and_region_comes_first() -> None:
@@ -168,6 +168,21 @@ def test_deadlines_and_errors_fail_a_task_after_max_attempts_not_before() -> Non
     a = t.running()[0]
     book.result(j, t, a, None, None, "the module trapped (unreachable)", 1.0, {}, b"", 2.2)
     assert t.state == "failed" and t.error == "the module trapped (unreachable)" and j.state == "failed"
+
+
+def test_a_busy_pool_node_stays_in_the_pool() -> None:
+    """The pool is the `nodes` best nodes for the job: one whose slots are all taken keeps its place (it was
+    once dropped as "not eligible" and the job narrowed to one node)."""
+    book = JobBook(JobsConfig())
+    cands = nodes(3)
+    seasoned(book, cands)
+    j = job(manifest(tasks=6, nodes=3))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    assert set(j.pool) == {"n0", "n1", "n2"}
+    answer(book, j, "n0", "x")
+    book.place(cands, lambda _: None, 1.0)
+    assert set(j.pool) == {"n0", "n1", "n2"}
 
 
 def test_cancel_ends_running_attempts_and_names_their_nodes() -> None:

@@ -49,11 +49,17 @@ class RelayNodeView:
             self._rtt_cache = (self.links.version, now, table)
         if node_id not in table:
             fabric = self.links.fabric_map()
-            if node_id in fabric.node_ids:
-                table[node_id] = dict(zip(fabric.node_ids, (float(d) for d in fabric.predicted_from(node_id)),
-                                          strict=True))
-            else:
-                table[node_id] = None
+            ids = fabric.node_ids
+            rtts: dict[str, float] = {}
+            if node_id in ids:  # predicted from the coordinates
+                rtts = dict(zip(ids, (float(d) for d in fabric.predicted_from(node_id)), strict=True))
+            for other in self.atlas.nodes:  # a measured edge says more than a prediction
+                measured = fabric.measured_rtt(node_id, other)
+                if measured is not None:
+                    rtts[other] = measured
+            if rtts:
+                rtts[node_id] = 0.0  # the node itself is the nearest (its data is there)
+            table[node_id] = rtts or None
         return table[node_id]
 
     def beacon_value(self) -> str:

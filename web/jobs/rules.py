@@ -67,10 +67,11 @@ class Ranked:
 
 def rank(candidates: Sequence[Candidate], want: Minimums, region: str | None,
          rtt_ms: Callable[[str], float | None] | None, seed: str, salt: object) -> list[Ranked]:
-    """The eligible candidates, best first, each with the reason it is where it is."""
+    """The eligible candidates (full ones included: placement skips them for now), best first, each with the reason
+    it is where it is."""
     rows: list[tuple[tuple[float, float, float, float], Ranked]] = []
     for c in candidates:
-        if not c.proven or c.free <= 0 or unmet(c, want) is not None:
+        if not c.proven or unmet(c, want) is not None:  # (a full node stays ranked: it is busy, not unfit)
             continue
         rtt = rtt_ms(c.node_id) if rtt_ms is not None else None
         off_region = 0.0 if region is None or c.region == region else 1.0
