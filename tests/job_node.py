@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -55,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

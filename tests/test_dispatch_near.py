@@ -25,8 +25,9 @@ NEAR = 4
 HOSTS = [4, 5, 6, 7, 10]  # region 0: 4, 5, 6; region 1: 7; region 2: 10
 
 
-def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], float], tmp_path: Path,
-                                                   machine_profile: dict[str, Any], artifacts: Artifacts) -> None:
+def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], float],  # noqa: F811
+                                                   tmp_path: Path, machine_profile: dict[str, Any],
+                                                   artifacts: Artifacts) -> None:
     from tests.test_dispatch import proven, register
 
     submitter = load_or_create(tmp_path / "submitter.key")
@@ -50,8 +51,9 @@ def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], 
         for h in HOSTS:
             keys[h] = load_or_create(tmp_path / f"n{h}" / "node.key")
             register(relay, machine_profile, keys[h])  # type: ignore[arg-type]
-            procs.append(in_ns(h, sys.executable, "-m", "tests.job_node", relay.url, str(tmp_path / f"n{h}" / "node.key"),
-                               f"10.78.{h}.2", "--reactor", str(artifacts.reactor), "--peer-probes",
+            key_file = str(tmp_path / f"n{h}" / "node.key")
+            procs.append(in_ns(h, sys.executable, "-m", "tests.job_node", relay.url, key_file, f"10.78.{h}.2",
+                               "--reactor", str(artifacts.reactor), "--peer-probes",
                                log=tmp_path / f"node{h}.log", env={"PYTHONPATH": str(ROOT)}))
         host_of = {keys[h].node_id: h for h in HOSTS}
         near_id = keys[NEAR].node_id
@@ -61,14 +63,16 @@ def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], 
             return {host_of[e["a"] if e["b"] == near_id else e["b"]] for e in edges
                     if near_id in (e["a"], e["b"]) and e["a"] in host_of and e["b"] in host_of}
 
-        wait_for("every node proven", 90, lambda: all(proven(relay, keys[h].node_id) for h in HOSTS))  # type: ignore[arg-type]
+        wait_for("every node proven", 90,
+                 lambda: all(proven(relay, keys[h].node_id) for h in HOSTS))  # type: ignore[arg-type]
         wait_for("the near node's edges to every other node measured", 120,
                  lambda: measured_from_near() >= set(HOSTS) - {NEAR}, lambda: measured_from_near())
         body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [[str(s), "1000"] for s in range(12)],
                                                    nodes=3, near=near_id))
         client = JobClient(relay.url)
         job_id = client.submit(body, blobs, submitter)["id"]
-        state = wait_for("the job ends", 90, lambda: (s := client.status(job_id))["state"] in ("done", "failed") and s)
+        state = wait_for("the job ends", 90,
+                         lambda: (s := client.status(job_id))["state"] in ("done", "failed") and s)
         assert state["state"] == "done", state["counts"]
         chosen = {host_of[n] for n in state["nodes"]}
         distance = {h: 0.0 if h == NEAR else world[NEAR, h] for h in HOSTS}
