@@ -138,6 +138,10 @@ def test_a_job_with_redundancy_two_matches_local_wasmtime(relay: RelayProcess, f
         code, out = local_output(wasmtime_cli, args)
         assert (task["exit_code"], task["stdout"]) == (code, out), (task, code, out)
         assert all(a["receipt"]["node_id"] == a["node_id"] for a in agreed)
+    # each node's delivered work is in its history (apart from its challenges, which it must not push out)
+    delivered = [relay.get(f"/v1/nodes/{n.node_id}/history")[1]["delivered"] for n in fleet]
+    assert sum(d["agreed"] for d in delivered) >= 2 * len(tasks) and all(d["wrong"] == 0 for d in delivered)
+    assert all(r["module_sha256"] for d in delivered for r in d["recent"])
 
 
 def test_a_liar_is_caught_flagged_and_placed_no_more(relay: RelayProcess, fleet: list[NodeProc],

@@ -225,3 +225,23 @@ def test_a_caught_liar_has_its_unchecked_outputs_in_running_jobs_checked_again()
     third = [a.node_id for a in j.tasks[0].running()]
     answer(book, j, third[0], "truth")
     assert j.tasks[0].stdout == b"truth" and j.tasks[0].attempts[0].verdict == "wrong"
+
+
+def test_pace_marks_a_node_that_delivers_far_below_its_proof_and_only_after_enough_tasks() -> None:
+    from web.jobs.pace import PACE_MIN_TASKS, PACE_SLOW_FACTOR, Pace
+
+    pace = Pace()
+    for i in range(PACE_MIN_TASKS - 1):  # claims 100 GFLOP/s proven, runs like a 20 GFLOP/s peer's fifth
+        pace.add_task([("slow", 1000.0, 100.0), ("peer", 1000.0, 20.0), ("other", 500.0, 40.0)])
+    assert not pace.slow("slow")  # not yet enough tasks
+    pace.add_task([("slow", 1000.0, 100.0), ("peer", 1000.0, 20.0), ("other", 500.0, 40.0)])
+    assert pace.slow("slow") and pace.of("slow")["ratio_to_peers"] == 5.0 > PACE_SLOW_FACTOR
+    assert not pace.slow("peer") and not pace.slow("other")
+    honest = Pace()  # twice as fast as proven, or a busy machine at a third: never marked
+    for _ in range(20):
+        honest.add_task([("a", 300.0, 100.0), ("b", 1000.0, 100.0)])
+    assert not honest.slow("a") and not honest.slow("b")
+    short = Pace()  # tasks under 100 ms say nothing of speed
+    for _ in range(20):
+        short.add_task([("x", 50.0, 100.0), ("y", 5.0, 20.0)])
+    assert short.of("x")["tasks"] == 0

@@ -65,8 +65,7 @@ class Relay:
         # dispatched work: its own SQLite file, and a NodeView of the map instead of the relay (web/jobs/ports.py)
         self.job_store = JobStore(config.data_dir / "jobs.sqlite")
         self.jobs = JobDesk(config.jobs, self.job_store,
-                            RelayNodeView(self.atlas, self.challenges, self.links, self.beacons, self.store,
-                                          config.region, config.history_kept))
+                            RelayNodeView(self.atlas, self.challenges, self.links, self.beacons, config.region))
         self.peers = PeerDesk(config, self.links, self.multiaddrs, self.add_link)  # node-to-node probes
         self.metrics.peer_probes = self.peers.broker.outcomes
         # no burst: probes that leave together queue behind each other on the relay's uplink (measured: 64 at

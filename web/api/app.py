@@ -115,7 +115,9 @@ async def node_history(request: Request) -> Response:
     if not raw.isdigit() or not 1 <= int(raw) <= relay.config.history_kept:
         raise Problem(400, "invalid_parameter", f"limit must be an integer in [1, {relay.config.history_kept}]",
                       raw[:40], "limit")
-    return JSONResponse({"node_id": node_id, "events": relay.history(node_id, int(raw))})
+    return JSONResponse({"node_id": node_id, "events": relay.history(node_id, int(raw)),
+                         # dispatched tasks it ran (web/jobs/): kept apart, so they never push its challenges out
+                         "delivered": relay.jobs.delivered(node_id)})
 
 
 async def atlas(request: Request) -> Response:

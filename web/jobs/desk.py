@@ -23,6 +23,7 @@ from web.jobs.book import TERMINAL, Changes, Dispatch, Job, JobBook
 from web.jobs.cluster_jobs import ADOPT_INTERVAL_S, JobMirror
 from web.jobs.config import JobsConfig
 from web.jobs.job_store import JobStore
+from web.jobs.pace import Pace
 from web.jobs.ports import NodeView
 from web.jobs.rules import Candidate, odds
 
@@ -68,6 +69,7 @@ class JobDesk:
         self._background: set[asyncio.Task[None]] = set()
         self.accepted = 0                         # results taken (metrics)
         self.verdicts: dict[str, int] = {"agreed": 0, "wrong": 0}  # checked outputs, since the relay started
+        self.pace = Pace()  # delivered work against proven speed (web/jobs/pace.py)
         self.mirror: JobMirror | None = None  # the cluster's copy of the jobs (web/jobs/cluster_jobs.py), with --nats
 
     def load(self, now: float) -> int:
@@ -213,10 +215,13 @@ class JobDesk:
                                    error, float(receipt["wall_ms"]), receipt, stdout, time.time())
         self.accepted += 1
         self._after(changes)
-        await self.view.delivered(node_id, {"job_id": job.id, "task": task.index, "attempt": attempt.n,
-                                            "module_sha256": receipt["module_sha256"], "wall_ms": receipt["wall_ms"],
-                                            "fuel_used": receipt["fuel_used"], "exit_code": receipt["exit_code"],
-                                            "error": error, "verdict": attempt.verdict})
+        if task.state == "done" and changes.verdicts:  # replicas agreed: their pace is comparable
+            runs = []
+            for a in task.attempts:
+                s = self.view.standing(a.node_id) if a.verdict == "agreed" and a.wall_ms is not None else None
+                if s is not None and a.wall_ms is not None:
+                    runs.append((a.node_id, a.wall_ms, s.cpu_gflops))
+            self.pace.add_task(runs)
         for verdict in changes.verdicts:
             self.verdicts["agreed" if verdict.agreed else "wrong"] += 1
             if not verdict.agreed:
@@ -224,6 +229,10 @@ class JobDesk:
                 await self.view.wrong_output(verdict.node_id, f"job {verdict.job_id[:16]}... task {verdict.task}: "
                                                               "its output lost the majority")
         self._wake.set()
+
+    def delivered(self, node_id: str) -> dict[str, Any]:
+        """A node's delivered work, and how its pace compares with its peers' on the same tasks."""
+        return {**self.store.delivered(node_id), "pace": self.pace.of(node_id)}
 
     def checks(self) -> dict[str, Any]:
         """GET /v1/checks "jobs": the odds, and the verdicts this relay gave (a wrong verdict on an honest node
@@ -264,6 +273,7 @@ class JobDesk:
             if s is None or not s.live:
                 continue
             out.append(Candidate(worker.node_id, worker.address, s.proven, worker.slots, region=s.region,
+                                 slow=self.pace.slow(worker.node_id),
                                  cpu_gflops=s.cpu_gflops, tokens_per_sec=s.tokens_per_sec, gpu_tflops=s.gpu_tflops,
                                  mem_bw_gbps=s.mem_bw_gbps, memory_mb=s.memory_mb,
                                  storage_free_gb=s.storage_free_gb))

@@ -163,8 +163,9 @@ async def list_jobs(request: Request) -> Response:
     desk = desk_of(request)
     jobs = sorted(desk.book.jobs.values(), key=lambda j: j.created_at, reverse=True)[:100]
     running: dict[str, int] = dict(desk.book.running)
+    slow = sorted(n for n in desk.pace.ratios if desk.pace.slow(n))
     return JSONResponse({"jobs": [j.summary() for j in jobs], "running_by_node": running,
-                         "workers": len(desk.by_node)})
+                         "workers": len(desk.by_node), "slow_nodes": slow})
 
 
 async def delete_job(request: Request) -> Response:

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS attempts (job_id TEXT NOT NULL, idx INTEGER NOT NULL,
     exit_code INTEGER, output_sha256 TEXT, error TEXT, wall_ms REAL, receipt TEXT, verdict TEXT, ended_at REAL,
     stdout BLOB, PRIMARY KEY (job_id, idx, n));
 CREATE TABLE IF NOT EXISTS checked (node_id TEXT PRIMARY KEY, n INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS attempts_by_node ON attempts (node_id, ended_at);
 """
 
 
@@ -81,6 +82,30 @@ class JobStore:
             self.db.executemany("INSERT OR REPLACE INTO checked VALUES (?, ?)", list(checked.items()))
 
     # --- reads ---------------------------------------------------------------------------------------
+
+    def delivered(self, node_id: str, recent: int = 20) -> dict[str, Any]:
+        """The work a node delivered (its attempts that ended with a result): totals by verdict, wall time, and the
+        latest `recent` (GET /v1/nodes/{id}/history "delivered")."""
+        totals = {"tasks": 0, "agreed": 0, "wrong": 0, "unchecked": 0, "undecided": 0, "errors": 0, "wall_s": 0.0}
+        for verdict, error, count, wall_ms in self.db.execute(
+                "SELECT verdict, error IS NOT NULL, COUNT(*), SUM(wall_ms) FROM attempts WHERE node_id = ? AND "
+                "state = 'done' GROUP BY verdict, error IS NOT NULL", (node_id,)):
+            totals["tasks"] += count
+            totals["wall_s"] += (wall_ms or 0) / 1000
+            if error:
+                totals["errors"] += count
+            else:
+                totals[verdict if verdict in ("agreed", "wrong", "unchecked") else "undecided"] += count
+        rows = self.db.execute(
+            "SELECT a.job_id, a.idx, a.n, a.ended_at, a.wall_ms, a.exit_code, a.error, a.verdict, a.receipt, "
+            "json_extract(j.request, '$.manifest.module.sha256') FROM attempts a JOIN jobs j ON j.id = a.job_id "
+            "WHERE a.node_id = ? AND a.state = 'done' ORDER BY a.ended_at DESC LIMIT ?", (node_id, recent))
+        totals["wall_s"] = round(totals["wall_s"], 3)
+        return {**totals, "recent": [
+            {"job_id": job_id, "task": idx, "attempt": n, "at": at, "wall_ms": wall_ms, "exit_code": exit_code,
+             "error": error, "verdict": verdict, "module_sha256": module,
+             "fuel_used": json.loads(receipt).get("fuel_used") if receipt else None}
+            for job_id, idx, n, at, wall_ms, exit_code, error, verdict, receipt, module in rows]}
 
     def checked(self) -> dict[str, int]:
         return {node: n for node, n in self.db.execute("SELECT node_id, n FROM checked")}

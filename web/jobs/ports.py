@@ -1,11 +1,11 @@
 """What the jobs part asks of the rest of the relay, and nothing more (web/relay.py wires it): a node's standing
-on the map, the predicted RTT between two nodes, the current beacon value, and two things to record — a wrong
-output (the node's trust) and delivered work (the node's history)."""
+on the map, the predicted RTT between two nodes, the current beacon value, and one thing to record — a wrong
+output (the node's trust). Delivered work stays in the jobs' own store (JobStore.delivered)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,4 @@ class NodeView(Protocol):
     async def wrong_output(self, node_id: str, detail: str) -> None:
         """A node's output lost the majority: a failure in its trust (flagged: no more work until it clears)
         and its history."""
-        ...
-
-    async def delivered(self, node_id: str, record: dict[str, Any]) -> None:
-        """A task the node finished, in its /history."""
         ...

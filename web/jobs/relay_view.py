@@ -1,18 +1,16 @@
 """NodeView over the relay's own parts (web/jobs/ports.py): the atlas, the challenge desk's trust, the link book's
-coordinates, the beacon rounds and the store. The jobs part sees only the NodeView."""
+coordinates and the beacon rounds. The jobs part sees only the NodeView."""
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from web.api.ingest import BeaconBook
 from web.jobs.ports import Standing
 from web.map.atlas import Atlas
 from web.map.links import LinkBook
 from web.map.stats import MICRO, MILLI, Contribution
-from web.store import Store
 
 
 class TrustDesk(Protocol):
@@ -22,11 +20,10 @@ class TrustDesk(Protocol):
 
 
 class RelayNodeView:
-    def __init__(self, atlas: Atlas, trust: TrustDesk, links: LinkBook, beacons: BeaconBook, store: Store,
-                 region: str | None, history_kept: int) -> None:
-        self.atlas, self.trust, self.links, self.beacons, self.store = atlas, trust, links, beacons, store
+    def __init__(self, atlas: Atlas, trust: TrustDesk, links: LinkBook, beacons: BeaconBook,
+                 region: str | None) -> None:
+        self.atlas, self.trust, self.links, self.beacons = atlas, trust, links, beacons
         self.region = region
-        self.history_kept = history_kept
         self._rtt_cache: tuple[int, float, dict[str, dict[str, float] | None]] = (-1, 0.0, {})
 
     def standing(self, node_id: str) -> Standing | None:
@@ -68,7 +65,3 @@ class RelayNodeView:
 
     async def wrong_output(self, node_id: str, detail: str) -> None:
         await self.trust.record_failure(node_id, "wrong_output", detail)
-
-    async def delivered(self, node_id: str, record: dict[str, Any]) -> None:
-        await self.store.write(Store.put_history_op(node_id, time.time(), "task", json.dumps(record).encode(),
-                                                    self.history_kept))

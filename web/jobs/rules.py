@@ -35,6 +35,7 @@ class Candidate:
     mem_bw_gbps: float | None = None   # claimed (not proven at roll calls)
     memory_mb: int | None = None       # claimed available
     storage_free_gb: int | None = None  # claimed free
+    slow: bool = False         # delivers far below its proven speed (web/jobs/pace.py): placed after the others
 
     @property
     def free(self) -> int:
@@ -69,7 +70,7 @@ def rank(candidates: Sequence[Candidate], want: Minimums, region: str | None,
          rtt_ms: Callable[[str], float | None] | None, seed: str, salt: object) -> list[Ranked]:
     """The eligible candidates (full ones included: placement skips them for now), best first, each with the reason
     it is where it is."""
-    rows: list[tuple[tuple[float, float, float, float], Ranked]] = []
+    rows: list[tuple[tuple[float, float, float, float, float], Ranked]] = []
     for c in candidates:
         if not c.proven or unmet(c, want) is not None:  # (a full node stays ranked: it is busy, not unfit)
             continue
@@ -83,7 +84,9 @@ def rank(candidates: Sequence[Candidate], want: Minimums, region: str | None,
         if rtt_ms is not None:
             words.append("predicted RTT " + ("unknown" if rtt is None else f"{rtt:.1f} ms") + " to near")
         words.append(f"load {c.running}/{c.slots}")
-        key = (off_region, math.inf if rtt is None else (rtt if rtt_ms is not None else 0.0), load, tie)
+        if c.slow:
+            words.append("delivers far below its proven speed: placed after the others")
+        key = (off_region, float(c.slow), math.inf if rtt is None else (rtt if rtt_ms is not None else 0.0), load, tie)
         rows.append((key, Ranked(c, ", ".join(words))))
     rows.sort(key=lambda row: row[0])
     return [r for _, r in rows]
