@@ -146,10 +146,28 @@ async function refreshGraph() {
   }
 }
 
+// Jobs placed through the map, and the tasks running on each node now
+async function refreshJobs() {
+  try {
+    const body = await (await fetch("/v1/jobs", { cache: "no-store" })).json();
+    const running = Object.entries(body.running_by_node || {});
+    $("running").textContent = running.length
+      ? `tasks running now: ${running.map(([n, k]) => `${k} on ${n.slice(0, 14)}…`).join(", ")}`
+      : `no task running now (${body.workers} node(s) offer slots)`;
+    $("jobs").querySelector("tbody").innerHTML = (body.jobs || []).slice(0, 20).map((j) => {
+      const total = Object.values(j.counts).reduce((a, b) => a + b, 0);
+      return `<tr><td data-label="job"><a href="/job.html?id=${j.id}"><code>${j.id.slice(0, 16)}…</code></a></td>` +
+        `<td data-label="state">${j.state}</td><td data-label="tasks done">${j.counts.done} / ${total}</td>` +
+        `<td data-label="running">${j.counts.running}</td><td data-label="nodes">${j.nodes.length}</td></tr>`;
+    }).join("") || `<tr><td colspan="5">no jobs yet</td></tr>`;
+  } catch { /* an older relay without jobs: the section stays empty */ }
+}
+
 const originalRefresh = refresh;
 async function refreshAll() {
   await originalRefresh();  // it keeps `profiles` (one /atlas read per refresh, 304 while nothing changed)
   await refreshGraph();
+  await refreshJobs();
 }
 
 refreshAll();

@@ -82,6 +82,16 @@ function drawHistory(events) {
     `<path d="${path}" fill="none" stroke="#1f6feb" stroke-width="2"><title>claimed</title></path>${dots}`;
 }
 
+// Tasks of CE jobs this node ran (web/jobs/): how many, how many another node confirmed, and its pace.
+function showDelivered(d) {
+  if (!d || !d.tasks) { $("delivered").textContent = "no dispatched tasks run yet"; return; }
+  const pace = d.pace && d.pace.ratio_to_peers !== null
+    ? ` Pace against its peers on the same tasks (wall time x proven GFLOP/s): ${d.pace.ratio_to_peers}x over ` +
+      `${d.pace.tasks} task(s)${d.pace.slow ? ", far below its proven speed: placed after the others" : ""}.` : "";
+  $("delivered").textContent = `${d.tasks} task(s) run in ${d.wall_s.toFixed(1)} s: ${d.agreed} confirmed by ` +
+    `another node, ${d.wrong} wrong, ${d.unchecked} not checked, ${d.errors} ended in an error.${pace}`;
+}
+
 async function load() {
   $("node-id").textContent = nodeId;
   const resp = await fetch(`/v1/nodes/${encodeURIComponent(nodeId)}`);
@@ -96,7 +106,7 @@ async function load() {
   startCountdown(trust);
   $("history-link").href = `/v1/nodes/${encodeURIComponent(nodeId)}/history`;
   fetch(`/v1/nodes/${encodeURIComponent(nodeId)}/history`).then((r) => r.json())
-    .then((h) => drawHistory(h.events || [])).catch(() => {});
+    .then((h) => { drawHistory(h.events || []); showDelivered(h.delivered); }).catch(() => {});
   const atlas = await fetch("/atlas?limit=1000").then((r) => r.json()).catch(() => ({ nodes: [] }));
   const seen = status.last_seen ? new Date(status.last_seen * 1000).toLocaleString() : "never";
   $("status").textContent = `${status.online ? "live" : "offline"} · ${profile.runtime.kind} · ${profile.cpu.cores} measured core(s) · ` +

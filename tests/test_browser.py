@@ -372,15 +372,19 @@ def test_pages_fit_a_phone_screen(browser: Browser, tmp_path: Path, artifacts: A
     from tests.samples import sample_profile
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with RelayProcess(tmp_path / "data") as relay:
+    submitter = NodeKey.generate()
+    with RelayProcess(tmp_path / "data", "--job-submitter", submitter.node_id) as relay:
         _, beacon, _ = relay.get("/beacon")
         for _ in range(3):
             assert relay.post("/v1/profiles", sample_profile(beacon=beacon)[1])[0] == 201
+        job_id = queued_job(relay, submitter, tmp_path)
         for width, height in ((360, 800), (1280, 900)):
             context = browser.new_context(viewport={"width": width, "height": height})
             page = context.new_page()
-            for name, path in (("join", "/"), ("network", "/network.html")):
+            for name, path in (("job", f"/job.html?id={job_id}"), ("join", "/"), ("network", "/network.html")):
                 page.goto(relay.url + path)
+                if name == "job":
+                    page.wait_for_function("() => document.querySelectorAll('#tasks tbody tr').length === 2")
                 if name == "network":
                     page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 3")
                     page.wait_for_function("() => window.ceGraph !== undefined")
@@ -538,6 +542,15 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         page.screenshot(path=str(ARTIFACTS / "network.png"), full_page=True)
 
 
+def queued_job(relay: RelayProcess, submitter: NodeKey, tmp_path: Path) -> str:
+    """A job of two tasks the relay cannot place (no node offers slots): its page shows them queued."""
+    from host_runner.job_client import JobClient, read_manifest
+    from tests.test_dispatch import write_manifest
+
+    body, blobs = read_manifest(write_manifest(tmp_path / "queued.json", [["1", "10"], ["trap"]]))
+    return str(JobClient(relay.url).submit(body, blobs, submitter)["id"])
+
+
 def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, Any], submitter: NodeKey,
                                tmp_path: Path, artifacts: Artifacts) -> None:
     """Dispatched work on a join page (issue 44): the page takes tasks only once its user ticked "run tasks";
@@ -579,6 +592,18 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
                                    capture_output=True, text=True, timeout=60)
             assert (task["exit_code"], task["stdout"]) == (local.returncode, local.stdout)
         assert "task(s) run" in page.locator("#tasks").inner_text()
+        # seen: the job's page lists its tasks, the network page the job, the node page the work delivered
+        other = page.context.new_page()
+        other.goto(f"{r.url}/job.html?id={job_id}")
+        other.wait_for_function(f"() => document.querySelectorAll('#tasks tbody tr').length === {len(tasks)}")
+        assert other.locator("#status").inner_text().startswith("done: 5 accepted")
+        assert "2 nodes agreed" in other.locator("#tasks").inner_text()
+        other.goto(f"{r.url}/network.html")
+        other.wait_for_function(f"() => document.querySelector('#jobs a[href*=\"{job_id}\"]') !== null")
+        other.goto(f"{r.url}/nodes/{profile['node_id']}")
+        other.wait_for_function("() => document.getElementById('delivered').textContent.includes('confirmed by')")
+        assert "5 confirmed by another node, 0 wrong" in other.locator("#delivered").inner_text()
+        other.close()
     finally:
         server.stop()
 
@@ -587,17 +612,20 @@ AXE_VERSION = "4.14.1"  # axe-core from npm, pinned; fetched once into the build
 
 
 def test_pages_pass_axe_core(browser: Browser, tmp_path: Path, artifacts: Artifacts) -> None:
-    """axe-core (WCAG 2 A/AA rules) finds no serious or critical violation on the join page, the network page
-    and a node page, at phone and desktop widths."""
+    """axe-core (WCAG 2 A/AA rules) finds no serious or critical violation on the join page, the network page,
+    a node page and a job page, at phone and desktop widths."""
     import build
     from tests.samples import sample_profile
 
     axe = (build.fetch_npm("axe-core", AXE_VERSION) / "axe.min.js").read_text()
-    with RelayProcess(tmp_path / "data") as relay:
+    submitter = NodeKey.generate()
+    with RelayProcess(tmp_path / "data", "--job-submitter", submitter.node_id) as relay:
         _, beacon, _ = relay.get("/beacon")
         profile = sample_profile(beacon=beacon)[1]
         assert relay.post("/v1/profiles", profile)[0] == 201
-        pages = {"join": ("/", "() => /Ready/.test(document.getElementById('status').textContent)"),
+        job_id = queued_job(relay, submitter, tmp_path)
+        pages = {"job": (f"/job.html?id={job_id}", "() => document.querySelectorAll('#tasks tbody tr').length === 2"),
+                 "join": ("/", "() => /Ready/.test(document.getElementById('status').textContent)"),
                  "network": ("/network.html", "() => document.querySelectorAll('#nodes tbody tr').length === 1"),
                  "node": (f"/nodes/{profile['node_id']}",
                           "() => document.querySelectorAll('#figures tbody tr').length === 5")}
