@@ -255,6 +255,60 @@ def test_bad_input_gets_a_clear_answer(relay: RelayProcess, fleet: list[NodeProc
     assert relay.get("/beacon")[0] == 200 and os.path.exists(relay.log)
 
 
+def test_cancel_from_the_cli_and_refusals(relay: RelayProcess, fleet: list[NodeProc], submitter: tuple[Path, NodeKey],
+                                          tmp_path: Path) -> None:
+    """`ce-bench job cancel` by the submitter ends the job (no more placements); another key gets 403; a request
+    with a broken signature is 422 bad_signature; blobs beyond the relay's limit are 413."""
+    from host_runner.job_client import read_manifest
+
+    manifest = write_manifest(tmp_path / "job.json", [[str(s), "3000000000"] for s in range(6)], audit=0.0)
+    started = ce_bench(submitter[0], "job", "submit", str(manifest), "--relay", relay.url)
+    assert started.returncode == 0, started.stderr
+    job_id = started.stdout.strip()
+    client = JobClient(relay.url)
+    until("a task running", 30, lambda: client.status(job_id, tasks=False)["counts"]["running"] >= 1)
+    stranger = tmp_path / "stranger"
+    refused = ce_bench(stranger, "job", "cancel", job_id, "--relay", relay.url)
+    assert refused.returncode == 1 and "403 not_submitter" in refused.stderr and "Traceback" not in refused.stderr
+    done = ce_bench(submitter[0], "job", "cancel", job_id, "--relay", relay.url)
+    assert done.returncode == 0 and "cancelled" in done.stdout, done.stderr
+    status = ce_bench(submitter[0], "job", "status", job_id, "--relay", relay.url, "--json")
+    assert status.returncode == 1  # a cancelled job is not a success
+    state = json.loads(status.stdout)
+    assert state["state"] == "cancelled" and all(t["state"] in ("cancelled", "done") for t in state["tasks"])
+    placed = sum(len(t["attempts"]) for t in state["tasks"])
+    time.sleep(1.0)  # (nothing to wait for: asserting that nothing more happens)
+    assert sum(len(t["attempts"]) for t in client.status(job_id)["tasks"]) == placed
+    body, blobs = read_manifest(write_manifest(tmp_path / "small.json", [["1", "10"]]))
+    request = sign("JobRequest", {"v": 1, "submitter": submitter[1].node_id, "manifest": body,
+                                  "nonce": "0" * 32, "created_at": int(time.time())}, submitter[1])
+    request["nonce"] = "1" * 32  # signed over another nonce
+    import urllib.error
+    import urllib.request
+
+    def post(payload: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            urllib.request.urlopen(urllib.request.Request(relay.url + "/v1/jobs", data=payload, method="POST",
+                                                          headers={"content-type": "application/json"}), timeout=30)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+        raise AssertionError("accepted")
+
+    assert post(json.dumps({"request": request}).encode())[1]["code"] == "bad_signature"
+    # a body beyond the limit is refused from its declared length, before it is read (the client sends none)
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=30)
+    conn.putrequest("POST", "/v1/jobs")
+    conn.putheader("content-type", "application/json")
+    conn.putheader("content-length", str(23 << 20))  # a 17 MiB module in base64: over the 16 MiB blob limit
+    conn.endheaders()
+    answer = conn.getresponse()
+    assert (answer.status, json.loads(answer.read())["code"]) == (413, "body_too_large")
+    conn.close()
+    assert relay.get("/v1/jobs")[0] == 200  # the relay serves on
+
+
 def test_kill9_of_the_relay_loses_no_job_and_no_finished_result(relay: RelayProcess, fleet: list[NodeProc],
                                                                  submitter: tuple[Path, NodeKey],
                                                                  tmp_path: Path) -> None:
