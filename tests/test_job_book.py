@@ -231,7 +231,7 @@ def test_pace_marks_a_node_that_delivers_far_below_its_proof_and_only_after_enou
     from web.jobs.pace import PACE_MIN_TASKS, PACE_SLOW_FACTOR, Pace
 
     pace = Pace()
-    for i in range(PACE_MIN_TASKS - 1):  # claims 100 GFLOP/s proven, runs like a 20 GFLOP/s peer's fifth
+    for _ in range(PACE_MIN_TASKS - 1):  # claims 100 GFLOP/s proven, runs like a 20 GFLOP/s peer's fifth
         pace.add_task([("slow", 1000.0, 100.0), ("peer", 1000.0, 20.0), ("other", 500.0, 40.0)])
     assert not pace.slow("slow")  # not yet enough tasks
     pace.add_task([("slow", 1000.0, 100.0), ("peer", 1000.0, 20.0), ("other", 500.0, 40.0)])
