@@ -41,24 +41,30 @@ def node_id_field(description: str) -> Any:
     return spec(check=_peer_id, pattern=NODE_ID, max_length=100, description=description)
 
 
-def _args(value: list[str]) -> None:
-    if len(value) > MAX_ARGS:
-        raise ValueError(f"expected at most {MAX_ARGS} arguments, got {len(value)}")
-    for i, arg in enumerate(value):
-        if not isinstance(arg, str) or len(arg) > MAX_ARG_CHARS or "\x00" in arg:
-            raise ValueError(f"argument {i}: expected a string of at most {MAX_ARG_CHARS} characters without NUL")
+def _arg(value: str) -> None:  # (a field's check runs on each item of a list: capsule/typed.py)
+    if len(value) > MAX_ARG_CHARS or "\x00" in value:
+        raise ValueError(f"expected at most {MAX_ARG_CHARS} characters without NUL, got {len(value)}")
 
 
-def _tasks(value: list[object]) -> None:
-    if not 1 <= len(value) <= MAX_TASKS:
-        raise ValueError(f"expected 1 to {MAX_TASKS} tasks, got {len(value)}")
-
-
-def _probes(value: list[str]) -> None:
+def _probe(value: str) -> None:
     from capsule.plan import ALL_PROBES
 
-    if not value or len(set(value)) != len(value) or any(p not in ALL_PROBES for p in value):
-        raise ValueError(f"expected distinct probes of {', '.join(ALL_PROBES)}")
+    if value not in ALL_PROBES:
+        raise ValueError(f"expected one of {', '.join(ALL_PROBES)}, got {value[:40]!r}")
+
+
+def check_manifest(m: JobManifestV2, path: str = "$") -> None:
+    """What a field's own check cannot see (counts, repeats); ValidationError naming the field."""
+    from capsule.typed import ValidationError
+
+    if not 1 <= len(m.tasks) <= MAX_TASKS:
+        raise ValidationError(f"{path}.tasks", f"expected 1 to {MAX_TASKS} tasks, got {len(m.tasks)}")
+    for i, task in enumerate(m.tasks):
+        if len(task.args) > MAX_ARGS:
+            raise ValidationError(f"{path}.tasks[{i}].args", f"expected at most {MAX_ARGS} arguments, got "
+                                                             f"{len(task.args)}")
+    if m.probes is not None and (not m.probes or len(set(m.probes)) != len(m.probes)):
+        raise ValidationError(f"{path}.probes", "expected at least one probe, each once")
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class CapsuleTarget:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    args: list[str] = spec(check=_args, description="argv after the module's name")
+    args: list[str] = spec(check=_arg, description=f"argv after the module's name (at most {MAX_ARGS})")
     stdin_sha256: str | None = spec(pattern=HEX64, default=None, description="a blob uploaded with the job")
 
 
@@ -115,12 +121,12 @@ class Placement:
 class JobManifestV2:
     v: int = spec(minimum=2, maximum=2)
     kind: str = spec(enum=("wasi", "capsule"))
-    tasks: list[TaskSpec] = spec(check=_tasks)
+    tasks: list[TaskSpec] = spec(description=f"1 to {MAX_TASKS} tasks")
     limits: TaskLimits = spec()
     placement: Placement = spec(default=Placement())
     module: ModuleRef | None = spec(default=None, description="kind wasi: the module")
     capsule: CapsuleTarget | None = spec(default=None, description="kind capsule: the capsule")
-    probes: list[str] | None = spec(check=_probes, default=None, description="kind capsule: the probes")
+    probes: list[str] | None = spec(check=_probe, default=None, description="kind capsule: the probes")
     budget_ms: int | None = spec(minimum=100, maximum=600_000, default=None, description="kind capsule")
 
 

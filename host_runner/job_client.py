@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from capsule.job_records import JobManifestV2
+from capsule.job_records import JobManifestV2, check_manifest
 from capsule.signing import Signer, node_id, sign
 from capsule.typed import ValidationError, parse
 from common.errors import UserError
@@ -54,11 +54,18 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
             raise UserError(f"the manifest names module sha256 {str(module['sha256'])[:16]}..., but "
                             f"{module['path']} is {sha[:16]}...")
         raw["module"] = {"sha256": sha}
+    capsule = raw.get("capsule")
+    if isinstance(capsule, dict) and capsule.get("path") is not None:  # named by its hash; not uploaded
+        file = (path.parent / str(capsule["path"])).resolve()
+        try:
+            raw["capsule"] = {"sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+        except OSError as exc:
+            raise UserError(f"cannot read the capsule {file}: {exc.strerror}") from None
     for task in raw.get("tasks") or []:
         if isinstance(task, dict) and task.get("stdin_path") is not None:
             task["stdin_sha256"] = load(task.pop("stdin_path"), "a task's stdin")
     try:
-        parse(JobManifestV2, raw)
+        check_manifest(parse(JobManifestV2, raw))
     except ValidationError as exc:
         raise UserError(f"invalid manifest {path}: {exc}") from None
     return raw, blobs

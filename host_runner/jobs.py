@@ -29,7 +29,7 @@ from capsule.model import BeaconRef
 from capsule.plan import ALL_PROBES, plan_from_beacon
 from capsule.probe_report import ProbeReport
 from capsule.profile import build_profile
-from capsule.signing import sign
+from capsule.signing import Signer, node_id, sign
 from capsule.typed import ValidationError, parse, spec
 from common.keys import NodeKey
 from host_runner import facts as facts_mod
@@ -97,6 +97,60 @@ def load_manifest(path: Path) -> tuple[JobManifest, dict[str, Any]]:
     return manifest, raw
 
 
+@dataclass(frozen=True)
+class CapsuleRun:
+    profile: dict[str, Any] | None  # the signed NodeProfile of the run (None when it failed)
+    error: str | None
+    wall_ms: float
+
+
+def run_capsule(capsule_path: Path, key: Signer, beacon: dict[str, Any], probes: list[str], budget_ms: int,
+                memory_mib: int, wall_ms: int, fuel: int | None) -> CapsuleRun:
+    """One capsule instance under limits, its figures signed as a NodeProfile: `ce-bench job run` and a capsule
+    task dispatched by a relay (host_runner/task_worker.py)."""
+    plan = plan_from_beacon(beacon["value"], node_id(key), tuple(probes))
+    engine = limited_engine()
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + wall_ms / 1000
+    error: str | None = None
+    report: ProbeReport | None = None
+    try:
+        scratch = Path.cwd()
+        result = run_command(capsule_path, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
+                                            "--budget-ms", str(budget_ms), "--soft-budget"],
+                             scratch=scratch if "disk" in probes else None, engine=engine,
+                             limits=Limits(memory_bytes=memory_mib << 20, fuel=fuel, deadline=deadline))
+        report = result.probe_report()
+    except wasmtime.Trap as trap:
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+        if trap.trap_code == wasmtime.TrapCode.INTERRUPT:
+            error = f"the job exceeded its wall-clock limit of {wall_ms} ms (stopped after {elapsed_ms:.0f} ms)"
+        elif trap.trap_code == wasmtime.TrapCode.OUT_OF_FUEL:
+            error = f"the job ran out of fuel ({fuel} units)"
+        else:
+            error = f"the capsule trapped: {trap.message.splitlines()[0]}"
+    except CapsuleError as exc:
+        error = f"{exc} (memory limit {memory_mib} MiB)"
+    took_ms = (time.perf_counter() - t0) * 1000
+    profile = None
+    if report is not None:
+        info = facts_mod.gather(Path.cwd())
+        figures = aggregate([report], report)
+        profile = sign("NodeProfile", build_profile(
+            node_id=node_id(key), measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(capsule_path),
+            cores=info.cores, threads=info.threads,
+            memory={"total_mb": info.total_mb, "available_mb": info.available_mb},
+            storage_total_gb=info.storage_total_gb, storage_free_gb=info.storage_free_gb, figures=figures, gpus=[],
+            runtime={"os": info.os, "arch": info.arch, "kind": "server", "docker": info.docker,
+                     "gvisor": info.gvisor, "wasm": True, "engine": "wasmtime-py (CE job)"},
+            ref_model=REF_MODEL,
+            evidence_extra={"job": {"instances": 1, "note": "a CE job runs one capsule instance: CPU figures "
+                                    "are one core's, not the whole machine's", "probes": list(plan.order)},
+                            "gpu_notes": ["CE wasm job: no GPU access"]},
+        ), key)
+    return CapsuleRun(profile, error, took_ms)
+
+
 def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
     manifest, raw = load_manifest(manifest_path)
     try:
@@ -111,48 +165,11 @@ def run_job(manifest_path: Path, capsule_path: Path, key: NodeKey) -> JobResult:
         {"relay": manifest.beacon.relay, "round": manifest.beacon.round, "value": manifest.beacon.value}
         if manifest.beacon else local_beacon(key)
     )
-    plan = plan_from_beacon(beacon["value"], key.node_id, tuple(manifest.probes))
     limits = manifest.limits
-    engine = limited_engine()
-    started_at, t0 = int(time.time()), time.perf_counter()
-    deadline = time.monotonic() + limits.wall_ms / 1000
-    error: str | None = None
-    report: ProbeReport | None = None
-    try:
-        scratch = Path.cwd()
-        result = run_command(capsule_path, ["--probes", ",".join(plan.order), "--seed", plan.seed_hex,
-                                            "--budget-ms", str(manifest.budget_ms), "--soft-budget"],
-                             scratch=scratch if "disk" in manifest.probes else None, engine=engine,
-                             limits=Limits(memory_bytes=limits.memory_mib << 20, fuel=limits.fuel,
-                                           deadline=deadline))
-        report = result.probe_report()
-    except wasmtime.Trap as trap:
-        elapsed_ms = (time.perf_counter() - t0) * 1000
-        if trap.trap_code == wasmtime.TrapCode.INTERRUPT:
-            error = f"the job exceeded its wall-clock limit of {limits.wall_ms} ms (stopped after {elapsed_ms:.0f} ms)"
-        elif trap.trap_code == wasmtime.TrapCode.OUT_OF_FUEL:
-            error = f"the job ran out of fuel ({limits.fuel} units)"
-        else:
-            error = f"the capsule trapped: {trap.message.splitlines()[0]}"
-    except CapsuleError as exc:
-        error = f"{exc} (memory limit {limits.memory_mib} MiB)"
-    wall_ms = (time.perf_counter() - t0) * 1000
-    profile = None
-    if report is not None:
-        info = facts_mod.gather(Path.cwd())
-        figures = aggregate([report], report)
-        profile = sign("NodeProfile", build_profile(
-            node_id=key.node_id, measured_at=int(time.time()), beacon=beacon, capsule=capsule_ref(capsule_path),
-            cores=info.cores, threads=info.threads,
-            memory={"total_mb": info.total_mb, "available_mb": info.available_mb},
-            storage_total_gb=info.storage_total_gb, storage_free_gb=info.storage_free_gb, figures=figures, gpus=[],
-            runtime={"os": info.os, "arch": info.arch, "kind": "server", "docker": info.docker,
-                     "gvisor": info.gvisor, "wasm": True, "engine": "wasmtime-py (CE job)"},
-            ref_model=REF_MODEL,
-            evidence_extra={"job": {"instances": 1, "note": "a CE job runs one capsule instance: CPU figures "
-                                    "are one core's, not the whole machine's", "probes": list(plan.order)},
-                            "gpu_notes": ["CE wasm job: no GPU access"]},
-        ), key)
+    started_at = int(time.time())
+    run = run_capsule(capsule_path, key, beacon, manifest.probes, manifest.budget_ms, limits.memory_mib,
+                      limits.wall_ms, limits.fuel)
+    profile, error, wall_ms = run.profile, run.error, run.wall_ms
     receipt = sign("JobReceipt", {
         "v": 1, "job_id": hashlib.sha256(canonical_bytes(raw)).hexdigest(), "node_id": key.node_id,
         "capsule_sha256": actual, "status": "ok" if profile else "failed", "started_at": started_at,

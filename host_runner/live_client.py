@@ -129,7 +129,7 @@ class LiveSession:
 
             self.tasks = TaskWorker(signer, self._send_current,
                                     BlobCache(http_fetcher(lambda: self.relay_url, ssl_context)), job_slots, say,
-                                    task_tamper)
+                                    task_tamper, reactor_wasm.with_name("capsule.wasm") if reactor_wasm else None)
         # node-to-node probes the relay brokers (host_runner/peer_probe.py; aiortc), when taking part
         self.peers: PeerProber | None = None
         if peer_probes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import queue
 import ssl
 import threading
@@ -23,6 +24,7 @@ import urllib.error
 import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from capsule.signing import Signer, node_id, sign
@@ -67,6 +69,20 @@ def http_fetcher(relay_url: Callable[[], str], ssl_context: ssl.SSLContext | Non
     return fetch
 
 
+def parse_capsule_task(message: dict[str, Any]) -> tuple[str, int, int, str, list[str], int, dict[str, Any],
+                                                        TaskLimitsRt]:
+    """A capsule task: the capsule's sha256, the probes, the budget per phase, the beacon its inputs come from."""
+    job, task, attempt = message.get("job"), message.get("task"), message.get("attempt")
+    capsule, probes, budget_ms, beacon = (message.get(k) for k in ("capsule", "probes", "budget_ms", "beacon"))
+    if (not isinstance(job, str) or len(job) != 64 or type(task) is not int or type(attempt) is not int
+            or not isinstance(capsule, str) or len(capsule) != 64 or not isinstance(probes, list)
+            or not all(isinstance(p, str) for p in probes) or type(budget_ms) is not int
+            or not isinstance(beacon, dict) or not isinstance(beacon.get("value"), str)):
+        raise ValueError("malformed capsule task")
+    limits = parse_task({**message, "module": capsule, "args": [], "stdin": None})[6]
+    return job, task, attempt, capsule, probes, budget_ms, beacon, limits
+
+
 def parse_task(message: dict[str, Any]) -> tuple[str, int, int, str, list[str], str | None, TaskLimitsRt]:
     """The fields of a task message, strictly typed (a relay is a peer, not a trusted source)."""
     job, task, attempt = message.get("job"), message.get("task"), message.get("attempt")
@@ -90,7 +106,8 @@ class TaskWorker:
 
     def __init__(self, signer: Signer, send: Callable[[dict[str, Any]], None], blobs: BlobCache, slots: int = 1,
                  say: Callable[[str], None] | None = None,
-                 tamper: Callable[[dict[str, Any], TaskOutcome], TaskOutcome] | None = None) -> None:
+                 tamper: Callable[[dict[str, Any], TaskOutcome], TaskOutcome] | None = None,
+                 capsule: Path | None = None) -> None:
         self.signer = signer
         self.node_id = node_id(signer)
         self.send = send
@@ -98,6 +115,9 @@ class TaskWorker:
         self.slots = max(0, slots)
         self.say = say
         self.tamper = tamper  # tests play a node that lies about its output (failure injection)
+        # capsule.wasm, for capsule tasks (the probes as a job; a NodeProfile as the output); None: wasi only
+        self.capsule = capsule if capsule is not None and capsule.exists() else None
+        self.capsule_sha256 = hashlib.sha256(self.capsule.read_bytes()).hexdigest() if self.capsule else None
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._cancelled: set[str] = set()
         self.done = 0
@@ -106,7 +126,7 @@ class TaskWorker:
             thread.start()
 
     def hello(self) -> dict[str, Any]:
-        return {"type": "jobs", "slots": self.slots}
+        return {"type": "jobs", "slots": self.slots, "kinds": ["wasi", "capsule"] if self.capsule else ["wasi"]}
 
     def handle(self, message: dict[str, Any]) -> None:
         if message.get("type") == "task":
@@ -117,6 +137,24 @@ class TaskWorker:
     def stop(self) -> None:
         for _ in self._threads:
             self._queue.put(None)
+
+    def _capsule(self, message: dict[str, Any]) -> tuple[str, int, int, str, TaskOutcome]:
+        """The capsule's probes as a task: its output is this node's signed NodeProfile (JSON)."""
+        from host_runner.jobs import run_capsule
+
+        job, task, attempt, capsule, probes, budget_ms, beacon, limits = parse_capsule_task(message)
+        if self.capsule is None or capsule != self.capsule_sha256:
+            have = self.capsule_sha256[:16] + "..." if self.capsule_sha256 else "none"
+            return job, task, attempt, capsule, TaskOutcome(None, b"", f"capsule mismatch: the task names "
+                                                            f"{capsule[:16]}..., this node has {have}", None, 0.0)
+        ref = {k: beacon.get(k) for k in ("relay", "round", "value")}
+        run = run_capsule(self.capsule, self.signer, ref, probes, budget_ms, limits.memory_bytes >> 20, limits.wall_ms,
+                          limits.fuel)
+        out = json.dumps(run.profile, separators=(",", ":"), sort_keys=True).encode() if run.profile else b""
+        if len(out) > limits.output_bytes:
+            return job, task, attempt, capsule, TaskOutcome(None, b"", f"the profile ({len(out)} bytes) exceeds "
+                                                            f"output_bytes {limits.output_bytes}", None, run.wall_ms)
+        return job, task, attempt, capsule, TaskOutcome(0 if run.profile else None, out, run.error, None, run.wall_ms)
 
     def _loop(self) -> None:
         while True:
@@ -137,14 +175,17 @@ class TaskWorker:
                     self.say(f"a task result was not sent ({type(exc).__name__}): the relay places it again")
 
     def _run(self, message: dict[str, Any]) -> dict[str, Any]:
-        job, task, attempt, module_sha, args, stdin_sha, limits = parse_task(message)
-        started = time.perf_counter()
-        try:
-            wasm = self.blobs.get(module_sha)
-            stdin = self.blobs.get(stdin_sha) if stdin_sha else b""
-            outcome = run_task(module_sha, wasm, args, stdin, limits)
-        except ModuleError as exc:
-            outcome = TaskOutcome(None, b"", str(exc), None, (time.perf_counter() - started) * 1000)
+        if message.get("kind") == "capsule":
+            job, task, attempt, module_sha, outcome = self._capsule(message)
+        else:
+            job, task, attempt, module_sha, args, stdin_sha, limits = parse_task(message)
+            started = time.perf_counter()
+            try:
+                wasm = self.blobs.get(module_sha)
+                stdin = self.blobs.get(stdin_sha) if stdin_sha else b""
+                outcome = run_task(module_sha, wasm, args, stdin, limits)
+            except ModuleError as exc:
+                outcome = TaskOutcome(None, b"", str(exc), None, (time.perf_counter() - started) * 1000)
         if self.tamper is not None:
             outcome = self.tamper(message, outcome)
         self.done += 1

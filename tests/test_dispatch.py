@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from capsule.signing import sign
+from capsule.signing import sign, verify_record
 from common.keys import NodeKey, load_or_create
 from host_runner.job_client import JobClient
 from host_runner.relay_client import fetch_beacon, post_profile
@@ -204,14 +204,46 @@ def test_a_node_killed_mid_job_has_its_tasks_placed_again(relay: RelayProcess, f
         for task, a in lost:
             again = [b for b in task["attempts"] if b["attempt"] > a["attempt"]]
             assert again and again[0]["placed_at"] - killed_at <= 2 * 0.5 + 0.5, (a, again)
-        assert all(sum(1 for a in t["attempts"] if a["verdict"] in ("agreed", "unchecked")) == 1
-                   for t in final["tasks"])
+        # no task counted twice: one accepted output each, from distinct nodes, none from a lost attempt
+        assert final["counts"]["done"] == len(final["tasks"])
+        for t in final["tasks"]:
+            judged = [a for a in t["attempts"] if a["verdict"]]
+            assert judged and len({a["node_id"] for a in judged}) == len(judged), t
+            assert all(a["state"] == "done" for a in judged) and {a["output_sha256"] for a in judged} == {
+                t["output_sha256"]}, t
         attempts = [a for t in final["tasks"] for a in t["attempts"]]
         assert not [a for a in attempts if a["node_id"] == victim.node_id]
     finally:
         victim.stop()
         if doomed is not None:
             fleet.remove(doomed)  # the later tests run on the nodes still alive
+
+
+def test_the_capsule_dispatched_as_a_job(relay: RelayProcess, fleet: list[NodeProc],
+                                         submitter: tuple[Path, NodeKey], tmp_path: Path) -> None:
+    """kind "capsule": ce-bench itself dispatched as a CE job. Each task's output is the signed NodeProfile of the
+    node it ran on, measured on the beacon round the relay sent; a capsule job that asks redundancy is refused."""
+    m = {"v": 2, "kind": "capsule", "capsule": {"path": str(ROOT / "build" / "capsule.wasm")},
+         "probes": ["sgemm", "stream"], "budget_ms": 300, "tasks": [{"args": []} for _ in range(3)],
+         "limits": {"memory_mib": 1024, "wall_ms": 60_000, "output_bytes": 65536}, "placement": {"nodes": 3}}
+    (tmp_path / "capsule.json").write_text(json.dumps(m))
+    result = ce_bench(submitter[0], "job", "submit", str(tmp_path / "capsule.json"), "--relay", relay.url, "--wait",
+                      "--json", timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    state = json.loads(result.stdout)
+    beacons = set()
+    for task in state["tasks"]:
+        profile = json.loads(task["stdout"])
+        verify_record("NodeProfile", profile)
+        ran = [a for a in task["attempts"] if a["verdict"] == "unchecked"]
+        assert len(ran) == 1 and profile["node_id"] == ran[0]["node_id"] == ran[0]["receipt"]["node_id"]
+        assert profile["cpu"]["gflops_fp32"] > 0 and profile["capsule"]["sha256"] == ran[0]["receipt"]["module_sha256"]
+        beacons.add(profile["beacon"]["relay"])
+    assert beacons == {relay.get("/beacon")[1]["relay"]}
+    m["placement"]["redundancy"] = 2
+    (tmp_path / "capsule.json").write_text(json.dumps(m))
+    refused = ce_bench(submitter[0], "job", "submit", str(tmp_path / "capsule.json"), "--relay", relay.url)
+    assert refused.returncode == 1 and "redundancy must be 1" in refused.stderr
 
 
 def test_bad_input_gets_a_clear_answer(relay: RelayProcess, fleet: list[NodeProc], submitter: tuple[Path, NodeKey],

@@ -245,3 +245,27 @@ def test_pace_marks_a_node_that_delivers_far_below_its_proof_and_only_after_enou
     for _ in range(20):
         short.add_task([("x", 50.0, 100.0), ("y", 5.0, 20.0)])
     assert short.of("x")["tasks"] == 0
+
+
+def test_manifest_limits_are_checked_where_a_field_check_cannot_see() -> None:
+    """Counts and repeats (a field's own check sees one item of a list at a time): too many arguments, a long
+    argument, no task, a probe twice, each named by its path."""
+    import pytest
+
+    from capsule.job_records import MAX_ARG_CHARS, MAX_ARGS, check_manifest
+    from capsule.typed import ValidationError
+
+    base = {"v": 2, "kind": "wasi", "module": {"sha256": SHA}, "tasks": [{"args": ["1"]}],
+            "limits": {"memory_mib": 16, "wall_ms": 1000}}
+    check_manifest(parse(JobManifestV2, base))
+    with pytest.raises(ValidationError, match=r"\$\.tasks\[0\]\.args: expected at most 64"):
+        check_manifest(parse(JobManifestV2, {**base, "tasks": [{"args": ["x"] * (MAX_ARGS + 1)}]}))
+    with pytest.raises(ValidationError, match=r"\$\.tasks\[0\]\.args\[0\]"):
+        parse(JobManifestV2, {**base, "tasks": [{"args": ["x" * (MAX_ARG_CHARS + 1)]}]})
+    with pytest.raises(ValidationError, match=r"\$\.tasks: expected 1 to"):
+        check_manifest(parse(JobManifestV2, {**base, "tasks": []}))
+    capsule = {**base, "kind": "capsule", "capsule": {"sha256": SHA}, "budget_ms": 300}
+    with pytest.raises(ValidationError, match=r"\$\.probes: expected at least one probe, each once"):
+        check_manifest(parse(JobManifestV2, {**capsule, "probes": ["sgemm", "sgemm"]}))
+    with pytest.raises(ValidationError, match=r"\$\.probes\[0\]"):
+        parse(JobManifestV2, {**capsule, "probes": ["gpu"]})

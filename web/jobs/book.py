@@ -37,6 +37,7 @@ class Attempt:
     receipt: dict[str, Any] | None = None
     verdict: str | None = None      # agreed | wrong | unchecked (set when the task is decided)
     ended_at: float | None = None
+    beacon: dict[str, Any] | None = None  # a capsule task: the beacon round it was sent with (not stored)
 
     @property
     def output(self) -> tuple[int, str] | None:
@@ -202,7 +203,8 @@ class JobBook:
                 continue
             want = job.manifest.placement
             fresh = [Candidate(**{**c.__dict__, "running": self.running[c.node_id],
-                                  "checked": self.checked[c.node_id]}) for c in candidates]
+                                  "checked": self.checked[c.node_id]}) for c in candidates
+                     if job.manifest.kind in c.kinds]
             ranked = rank(fresh, want.min, want.region, rtt_for(job), job.seed, job.id)
             order = {r.candidate.node_id: i for i, r in enumerate(ranked)}
             job.pool = [n for n in job.pool if n in order]  # a pool node that dropped or is no longer proven leaves
@@ -263,7 +265,7 @@ class JobBook:
                   changes: Changes) -> Dispatch:
         c = chosen.candidate
         reason = chosen.reason
-        if task.audited is None and job.manifest.placement.redundancy == 1:
+        if task.audited is None and job.manifest.placement.redundancy == 1 and job.manifest.kind == "wasi":
             novice = self.checked[c.node_id] < self.config.audit_all_until_checked
             task.audited = novice or audit_drawn(job.seed, job.id, task.index, job.audit_share)
             if task.audited:

@@ -9,6 +9,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -47,6 +48,7 @@ class Worker:
     address: str
     slots: int
     send: Send
+    kinds: frozenset[str] = frozenset({"wasi"})
 
 
 @dataclass
@@ -155,14 +157,15 @@ class JobDesk:
 
     # --- sessions ------------------------------------------------------------------------------------
 
-    def join(self, session_id: str, node_id: str, address: str, slots: int, send: Send) -> None:
+    def join(self, session_id: str, node_id: str, address: str, slots: int, send: Send,
+             kinds: frozenset[str] = frozenset({"wasi"})) -> None:
         if slots <= 0:
             self.leave(session_id)
             return
         old = self.by_node.get(node_id)
         if old is not None and old != session_id:
             self.workers.pop(old, None)
-        self.workers[session_id] = Worker(session_id, node_id, address, slots, send)
+        self.workers[session_id] = Worker(session_id, node_id, address, slots, send, kinds)
         self.by_node[node_id] = session_id
         self._wake.set()
 
@@ -210,6 +213,8 @@ class JobDesk:
         elif error is None and (receipt["output_sha256"] != hashlib.sha256(stdout).hexdigest()
                                 or receipt["exit_code"] is None or receipt["output_bytes"] != len(stdout)):
             error = "the receipt does not describe the stdout sent"
+        if error is None and job.manifest.kind == "capsule":
+            error = capsule_output_problem(stdout, node_id, attempt.beacon)
         out_sha = receipt["output_sha256"] if error is None else None
         changes = self.book.result(job, task, attempt, receipt["exit_code"] if error is None else None, out_sha,
                                    error, float(receipt["wall_ms"]), receipt, stdout, time.time())
@@ -258,10 +263,11 @@ class JobDesk:
             return []
         dispatches, changes = self.book.place(self.candidates(), self._rtt_for, now)
         self._after(changes)
+        beacon = self.view.beacon()
         for d in dispatches:
             worker = self._worker_of(d.attempt.node_id)
             if worker is not None:
-                self._spawn(worker.send(task_message(d)))
+                self._spawn(worker.send(task_message(d, beacon)))
         return dispatches
 
     def candidates(self) -> list[Candidate]:
@@ -273,7 +279,7 @@ class JobDesk:
             if s is None or not s.live:
                 continue
             out.append(Candidate(worker.node_id, worker.address, s.proven, worker.slots, region=s.region,
-                                 slow=self.pace.slow(worker.node_id),
+                                 slow=self.pace.slow(worker.node_id), kinds=worker.kinds,
                                  cpu_gflops=s.cpu_gflops, tokens_per_sec=s.tokens_per_sec, gpu_tflops=s.gpu_tflops,
                                  mem_bw_gbps=s.mem_bw_gbps, memory_mb=s.memory_mb,
                                  storage_free_gb=s.storage_free_gb))
@@ -312,12 +318,17 @@ class JobDesk:
         task.add_done_callback(self._background.discard)
 
 
-def task_message(d: Dispatch) -> dict[str, Any]:
+def task_message(d: Dispatch, beacon: dict[str, Any] | None) -> dict[str, Any]:
     m, spec = d.job.manifest, d.task.spec
-    return {"type": "task", "job": d.job.id, "task": d.task.index, "attempt": d.attempt.n, "kind": m.kind,
-            "module": m.module.sha256 if m.module else None, "args": list(spec.args), "stdin": spec.stdin_sha256,
-            "limits": {"memory_mib": m.limits.memory_mib, "wall_ms": m.limits.wall_ms, "fuel": m.limits.fuel,
-                       "output_bytes": m.limits.output_bytes}}
+    message = {"type": "task", "job": d.job.id, "task": d.task.index, "attempt": d.attempt.n, "kind": m.kind,
+               "module": m.module.sha256 if m.module else None, "args": list(spec.args), "stdin": spec.stdin_sha256,
+               "limits": {"memory_mib": m.limits.memory_mib, "wall_ms": m.limits.wall_ms, "fuel": m.limits.fuel,
+                          "output_bytes": m.limits.output_bytes}}
+    if m.kind == "capsule" and m.capsule is not None:  # the probes, with the beacon round their inputs come from
+        message.update(capsule=m.capsule.sha256, probes=list(m.probes or []), budget_ms=m.budget_ms,
+                       beacon=beacon)
+        d.attempt.beacon = beacon
+    return message
 
 
 def job_json(job: Job, with_tasks: bool = True) -> dict[str, Any]:
@@ -335,6 +346,21 @@ def job_json(job: Job, with_tasks: bool = True) -> dict[str, Any]:
             "stdout": _text(t.stdout), "error": t.error, "audited": t.audited, "replicas": t.replicas,
             "attempts": [a.to_json() for a in t.attempts]} for t in job.tasks]
     return body
+
+
+def capsule_output_problem(stdout: bytes, node_id: str, beacon: dict[str, Any] | None) -> str | None:
+    """What is wrong with a capsule task's output (None: a NodeProfile of this node, signed by it, on the beacon
+    round it was sent)."""
+    try:
+        profile = json.loads(stdout)
+        verify_record("NodeProfile", profile)
+    except (ValueError, ValidationError, SignatureError) as exc:
+        return f"the output is not a signed NodeProfile: {str(exc)[:200]}"
+    if profile["node_id"] != node_id:
+        return "the profile is another node's"
+    if beacon is not None and profile["beacon"].get("value") != beacon.get("value"):
+        return "the profile was not measured on the beacon round the task named"
+    return None
 
 
 def _text(data: bytes | None) -> str | None:

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from capsule.job_records import JobManifestV2
+from capsule.job_records import JobManifestV2, check_manifest
 from capsule.peerid import PeerIdError
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
@@ -104,21 +104,15 @@ async def post_job(request: Request) -> Response:
         raise Problem(403, "unknown_submitter", "this relay does not take jobs from this key",
                       f"{submitter} is not among the relay's job submitters (ce-bench relay --job-submitter ID)")
     manifest: JobManifestV2 = job_request.manifest
+    try:
+        check_manifest(manifest, "$.request.manifest")
+    except ValidationError as exc:
+        raise Problem(422, "invalid_field", "a field of the manifest is invalid", str(exc), exc.path) from None
     blobs = _blobs(body.get("blobs"), desk.config.blob_bytes_max)
-    if manifest.kind != "wasi" or manifest.module is None:
-        raise Problem(422, "unsupported_kind", "this relay dispatches WASI jobs",
-                      "kind \"capsule\" runs with `ce-bench job run` on the node itself; a dispatched capsule job "
-                      "is not built yet (docs/jobs.md)" if manifest.kind == "capsule" else
-                      "a wasi job names its module", "$.request.manifest.kind")
-    wanted = [manifest.module.sha256, *(t.stdin_sha256 for t in manifest.tasks if t.stdin_sha256)]
-    for sha in wanted:
-        if sha not in blobs and not desk.store.has_blob(sha):
-            raise Problem(422, "unknown_blob", "a blob the job names is neither uploaded nor held here",
-                          f"{sha}: send it in blobs", "$.blobs")
-    module = blobs.get(manifest.module.sha256) or desk.store.blob(manifest.module.sha256) or b""
-    if not module.startswith(WASM_MAGIC):
-        raise Problem(422, "not_wasm", "the module is not a WebAssembly binary (version 1)",
-                      f"it starts with {module[:8].hex()}", "$.request.manifest.module")
+    if manifest.kind == "capsule":
+        _capsule_job(manifest)
+    else:
+        _wasi_job(desk, manifest, blobs)
     in_flight = desk.book.in_flight(submitter)
     if in_flight + len(manifest.tasks) > desk.config.tasks_in_flight_max:
         raise Problem(429, "quota_exceeded", "too many tasks in flight for this submitter",
@@ -137,6 +131,37 @@ async def post_job(request: Request) -> Response:
         except Exception as exc:  # noqa: BLE001 - NATS away: the job runs here; said, not hidden
             answer["cluster"] = f"not stored in the cluster ({type(exc).__name__}): only this relay holds it"
     return JSONResponse(answer, status_code=201)
+
+
+CAPSULE_OUTPUT_MIN = 32 * 1024  # a capsule task's output is the node's signed NodeProfile (~10-20 KB of JSON)
+
+
+def _capsule_job(manifest: JobManifestV2) -> None:
+    """The ce-bench probes dispatched as a job: each task is one capsule run, its output the node's profile."""
+    field = "$.request.manifest"
+    if manifest.capsule is None or not manifest.probes or manifest.budget_ms is None:
+        raise Problem(422, "invalid_field", "a capsule job names its capsule (sha256), probes and budget_ms",
+                      field=field)
+    if manifest.placement.redundancy != 1:
+        raise Problem(422, "invalid_field", "a capsule job measures each node it runs on: redundancy must be 1",
+                      f"redundancy {manifest.placement.redundancy}", f"{field}.placement.redundancy")
+    if manifest.limits.output_bytes < CAPSULE_OUTPUT_MIN:
+        raise Problem(422, "invalid_field", "a capsule task returns a NodeProfile: output_bytes too small",
+                      f"{manifest.limits.output_bytes}; at least {CAPSULE_OUTPUT_MIN}", f"{field}.limits.output_bytes")
+
+
+def _wasi_job(desk: JobDesk, manifest: JobManifestV2, blobs: dict[str, bytes]) -> None:
+    if manifest.module is None:
+        raise Problem(422, "invalid_field", "a wasi job names its module", field="$.request.manifest.module")
+    wanted = [manifest.module.sha256, *(t.stdin_sha256 for t in manifest.tasks if t.stdin_sha256)]
+    for sha in wanted:
+        if sha not in blobs and not desk.store.has_blob(sha):
+            raise Problem(422, "unknown_blob", "a blob the job names is neither uploaded nor held here",
+                          f"{sha}: send it in blobs", "$.blobs")
+    module = blobs.get(manifest.module.sha256) or desk.store.blob(manifest.module.sha256) or b""
+    if not module.startswith(WASM_MAGIC):
+        raise Problem(422, "not_wasm", "the module is not a WebAssembly binary (version 1)",
+                      f"it starts with {module[:8].hex()}", "$.request.manifest.module")
 
 
 def _job_id(request: Request) -> str:

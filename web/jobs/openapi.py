@@ -40,7 +40,7 @@ def paths() -> dict[str, Any]:
                                    "409": _problem("duplicate_job (the same signed request twice)"),
                                    "413": _problem("body_too_large, blobs_too_large"),
                                    "422": _problem("invalid_field, bad_signature, stale_signature, unknown_blob, "
-                                                   "blob_mismatch, not_wasm, unsupported_kind"),
+                                                   "blob_mismatch, not_wasm"),
                                    "429": _problem("quota_exceeded (tasks in flight for this submitter)")}},
             "get": {"summary": "Recent jobs and the tasks running on each node",
                     "responses": {"200": _ok("jobs, running_by_node, workers")}}},

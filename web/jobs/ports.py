@@ -5,7 +5,7 @@ output (the node's trust). Delivered work stays in the jobs' own store (JobStore
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class NodeView(Protocol):
         ...
 
     def beacon_value(self) -> str: ...
+
+    def beacon(self) -> dict[str, Any] | None:
+        """The current round as a profile cites it ({relay, round, value}): capsule tasks measure on it."""
+        ...
 
     async def wrong_output(self, node_id: str, detail: str) -> None:
         """A node's output lost the majority: a failure in its trust (flagged: no more work until it clears)

@@ -4,7 +4,7 @@ coordinates and the beacon rounds. The jobs part sees only the NodeView."""
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from web.api.ingest import BeaconBook
 from web.jobs.ports import Standing
@@ -62,6 +62,10 @@ class RelayNodeView:
     def beacon_value(self) -> str:
         latest = self.beacons.latest
         return str(latest["value"]) if latest else ""
+
+    def beacon(self) -> dict[str, Any] | None:
+        latest = self.beacons.latest
+        return {k: latest[k] for k in ("relay", "round", "value")} if latest else None
 
     async def wrong_output(self, node_id: str, detail: str) -> None:
         await self.trust.record_failure(node_id, "wrong_output", detail)

@@ -36,6 +36,7 @@ class Candidate:
     memory_mb: int | None = None       # claimed available
     storage_free_gb: int | None = None  # claimed free
     slow: bool = False         # delivers far below its proven speed (web/jobs/pace.py): placed after the others
+    kinds: frozenset[str] = frozenset({"wasi"})  # the kinds of task it runs (its `jobs` message)
 
     @property
     def free(self) -> int:

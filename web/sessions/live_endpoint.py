@@ -173,7 +173,11 @@ async def on_jobs(conn: Connection, message: dict[str, Any]) -> None:
         raise LiveError("invalid_message", "send a heartbeat before jobs: the slots are the session's node's")
     if type(slots) is not int or not 0 <= slots <= 256:
         raise LiveError("invalid_message", f"jobs: slots is an integer 0-256, not {slots!r:.40}")
-    conn.relay.jobs.join(conn.session.session, conn.session.node_id, conn.address, slots, conn.send)
+    kinds = message.get("kinds", ["wasi"])
+    if not isinstance(kinds, list) or not kinds or not set(kinds) <= {"wasi", "capsule"}:
+        raise LiveError("invalid_message", f"jobs: kinds is a list of \"wasi\", \"capsule\", not {kinds!r:.60}")
+    conn.relay.jobs.join(conn.session.session, conn.session.node_id, conn.address, slots, conn.send,
+                         frozenset(kinds))
 
 
 async def on_task_result(conn: Connection, message: dict[str, Any]) -> None:
