@@ -67,6 +67,8 @@ class AgentConfig:
     # Dispatched work (docs/jobs.md): tasks of CE jobs the relay places on this node run in this many threads at
     # once (each a core at most), under the limits of their manifest; 0: the node takes no work.
     job_slots: int = 1
+    # The address the live session connects from (a host with several addresses; None: the system's choice)
+    source_address: str | None = None
 
 
 def remeasure_after_s(beacon_value: str, node_id: str, config: AgentConfig) -> float:
@@ -198,7 +200,9 @@ class Agent:
                                        say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
                                        warm=challenge_shape(result.profile),
                                        warm_llm=bool((result.profile.get("llm") or {}).get("tokens_per_sec")),
-                                       libp2p=self.libp2p, job_slots=self.config.job_slots).start()
+                                       libp2p=self.libp2p, job_slots=self.config.job_slots,
+                                       connect_options={"source_address": (self.config.source_address, 0)}
+                                       if self.config.source_address else None).start()
             if self.config.landmark_interval_s > 0:
                 threading.Thread(target=self._probe_landmarks, name="landmarks", daemon=True).start()
         wait = remeasure_after_s(beacon["value"], self.key.node_id, self.config)

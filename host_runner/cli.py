@@ -150,9 +150,12 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
                    "docs/jobs.md)")
 @click.option("--job-slots", type=click.IntRange(1, 256), default=1, show_default=True,
               help="tasks run at once (each takes at most one core)")
+@click.option("--source-address", metavar="IP", help="the local address the live session connects from (a host with "
+              "several addresses)")
 def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
              no_jitter: bool, landmark_interval_s: float, peer_probes: bool, libp2p_listen: str,
-             libp2p_announce: tuple[str, ...], no_libp2p: bool, accept_jobs: bool, job_slots: int) -> None:
+             libp2p_announce: tuple[str, ...], no_libp2p: bool, accept_jobs: bool, job_slots: int,
+             source_address: str | None) -> None:
     """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
     import signal
 
@@ -170,7 +173,8 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
             raise click.BadParameter(problem, param_hint="--libp2p-listen / --libp2p-announce")
     config = AgentConfig(remeasure_s=remeasure_h * 3600, landmark_interval_s=landmark_interval_s,
                          peer_probes=peer_probes, libp2p_listen=None if no_libp2p else libp2p_listen,
-                         libp2p_announce=libp2p_announce, job_slots=job_slots if accept_jobs else 0)
+                         libp2p_announce=libp2p_announce, job_slots=job_slots if accept_jobs else 0,
+                         source_address=source_address)
     agent = Agent(relay, key, opts, config,
                   say=lambda line: click.echo(f"ce-bench node: {line}", err=True))
     for sig in (signal.SIGTERM, signal.SIGINT):
