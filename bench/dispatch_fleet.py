@@ -36,7 +36,8 @@ WORK = ROOT / "build" / "work.wasm"
 WASMTIME = Path(sys.executable).parent / "wasmtime"
 RELAY_FLAGS = ["--challenge-first-after", "1", "--challenge-interval-unverified", "2", "--heartbeat-interval", "1",
                "--beacon-interval", "1", "--roll-call-target-s", "1", "--roll-call-interval-s", "10",
-               "--roll-call-min-gap-s", "10", "--roll-call-llm-offset-s", "5", "--ip-rate", "1000", "--node-rate", "1000"]
+               "--roll-call-min-gap-s", "10", "--roll-call-llm-offset-s", "5", "--ip-rate", "1000",
+               "--node-rate", "1000"]
 
 
 def proven(relay: RelayProcess, node_id: str) -> bool:
@@ -77,7 +78,7 @@ def main() -> int:
             pages = []
             for i in range(args.pages):
                 page = browser.new_context().new_page()
-                profile = join(page, relay, "?heavy_budget_s=0.5")  # type: ignore[arg-type]
+                profile = join(page, relay, "?heavy_budget_s=0.5")
                 page.check("#accept-tasks")
                 ids[profile["node_id"]] = f"join page {i}"
                 pages.append(page)
@@ -86,7 +87,7 @@ def main() -> int:
                 time.sleep(2)
             ok = [who for n, who in ids.items() if proven(relay, n)]
             print(f"proven after {time.monotonic() - t0:.0f} s: {len(ok)} of {len(ids)} ({', '.join(sorted(ok))})")
-            manifest = {"v": 2, "kind": "wasi", "module": {"path": str(WORK)},
+            manifest: dict[str, Any] = {"v": 2, "kind": "wasi", "module": {"path": str(WORK)},
                         "tasks": [{"args": [str(seed), str(args.n)]} for seed in range(args.tasks)],
                         "limits": {"memory_mib": 32, "wall_ms": 120_000, "output_bytes": 1024},
                         "placement": {"nodes": len(ids), "redundancy": 2}}

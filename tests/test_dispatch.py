@@ -223,7 +223,7 @@ def test_the_capsule_dispatched_as_a_job(relay: RelayProcess, fleet: list[NodePr
                                          submitter: tuple[Path, NodeKey], tmp_path: Path) -> None:
     """kind "capsule": ce-bench itself dispatched as a CE job. Each task's output is the signed NodeProfile of the
     node it ran on, measured on the beacon round the relay sent; a capsule job that asks redundancy is refused."""
-    m = {"v": 2, "kind": "capsule", "capsule": {"path": str(ROOT / "build" / "capsule.wasm")},
+    m: dict[str, Any] = {"v": 2, "kind": "capsule", "capsule": {"path": str(ROOT / "build" / "capsule.wasm")},
          "probes": ["sgemm", "stream"], "budget_ms": 300, "tasks": [{"args": []} for _ in range(3)],
          "limits": {"memory_mib": 1024, "wall_ms": 60_000, "output_bytes": 65536}, "placement": {"nodes": 3}}
     (tmp_path / "capsule.json").write_text(json.dumps(m))
