@@ -20,7 +20,9 @@ export function taskRunner(nodeId, key, py, send, onEvent) {
     blobs.set(sha, bytes);
     return bytes;
   };
-  const runOne = (m, wasm, stdin) => new Promise((resolve) => {
+  // the task's seed, as a server node derives it (host_runner/wasi_task.py task_seed)
+  const taskSeed = (m) => sha256Hex(new TextEncoder().encode(["ce-bench/task-random/v1", m.job, String(m.task), ...m.args].join("\u0000")));
+  const runOne = (m, wasm, stdin, seed) => new Promise((resolve) => {
     worker = worker || new Worker(new URL("./task-worker.js", import.meta.url), { type: "module" });
     const timer = setTimeout(() => { // the wall clock: the worker is stopped where it is
       worker.terminate(); worker = null;
@@ -29,7 +31,8 @@ export function taskRunner(nodeId, key, py, send, onEvent) {
     }, m.limits.wall_ms);
     current = { stop: () => { clearTimeout(timer); if (worker) worker.terminate(); worker = null; resolve(null); } };
     worker.onmessage = (event) => { clearTimeout(timer); resolve(event.data); };
-    worker.postMessage({ wasm, args: m.args, stdin, outputBytes: m.limits.output_bytes, memoryMib: m.limits.memory_mib });
+    worker.postMessage({ wasm, args: m.args, stdin, outputBytes: m.limits.output_bytes, memoryMib: m.limits.memory_mib,
+                         seed });
   });
   const receipt = async (m, result) => {
     const body = {
@@ -51,7 +54,8 @@ export function taskRunner(nodeId, key, py, send, onEvent) {
       onEvent({ type: "task_started", job: m.job, task: m.task });
       let result;
       try {
-        result = await runOne(m, await blob(m.module), m.stdin ? await blob(m.stdin) : new Uint8Array(0));
+        result = await runOne(m, await blob(m.module), m.stdin ? await blob(m.stdin) : new Uint8Array(0),
+                              await taskSeed(m));
       } catch (err) {
         result = { exitCode: null, error: err.message, stdout: new Uint8Array(0), wallMs: 0 };
       }

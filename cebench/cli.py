@@ -71,7 +71,9 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
 
         gpu, line = context_for(result.profile)
         click.echo(line)
-    session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None, gpu=gpu).start()
+    # takes tasks of the jobs it submits to its own relay, one at a time, as `ce-bench node` does (docs/jobs.md)
+    session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None, gpu=gpu,
+                          job_slots=1).start()
     click.echo(f"this machine is node {key.node_id}")
     click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
     lan = lan_address()

@@ -9,11 +9,14 @@
  *   work alloc MIB  allocates and touches MIB MiB
  *   work flood      writes to stdout without end
  *   work fs         tries to read /etc/passwd and to write a file in the current directory; prints what happened
+ *   work random     prints 16 random bytes and both clocks: the same on every node for one task (docs/jobs.md)
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static uint64_t mix(uint64_t x) {
     x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
@@ -45,6 +48,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "flood") == 0) { for (;;) fputs("flood flood flood flood flood flood flood flood\n", stdout); }
+    if (strcmp(mode, "random") == 0) {
+        unsigned char b[16];
+        if (getentropy(b, sizeof b) != 0) return 4;
+        struct timespec rt, mono;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        for (size_t i = 0; i < sizeof b; i++) printf("%02x", b[i]);
+        printf(" %lld.%09ld %lld.%09ld\n", (long long)rt.tv_sec, rt.tv_nsec, (long long)mono.tv_sec, mono.tv_nsec);
+        return 0;
+    }
     if (strcmp(mode, "fs") == 0) {
         FILE *f = fopen("/etc/passwd", "r");
         printf("read /etc/passwd: %s\n", f ? "opened" : "refused");

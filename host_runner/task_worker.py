@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from capsule.signing import Signer, node_id, sign
-from host_runner.wasi_task import ModuleError, TaskLimitsRt, TaskOutcome, run_task
+from host_runner.wasi_task import ModuleError, TaskLimitsRt, TaskOutcome, run_task, task_seed
 
 BLOB_CACHE_BYTES = 256 << 20  # modules and stdin blobs kept in memory, least recently used first out
 MAX_BLOB_BYTES = 64 << 20     # the largest blob a node fetches
@@ -183,7 +183,7 @@ class TaskWorker:
             try:
                 wasm = self.blobs.get(module_sha)
                 stdin = self.blobs.get(stdin_sha) if stdin_sha else b""
-                outcome = run_task(module_sha, wasm, args, stdin, limits)
+                outcome = run_task(module_sha, wasm, args, stdin, limits, task_seed(job, task, args))
             except ModuleError as exc:
                 outcome = TaskOutcome(None, b"", str(exc), None, (time.perf_counter() - started) * 1000)
         if self.tamper is not None:

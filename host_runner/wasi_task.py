@@ -90,7 +90,73 @@ class ModuleError(Exception):
     """The module cannot run at all (not wasm, not a WASI command): every task of it fails alike."""
 
 
-def run_task(sha256: str, wasm: bytes, args: list[str], stdin: bytes, limits: TaskLimitsRt) -> TaskOutcome:
+# The only inputs a task may see are its argv and stdin: replicas on other nodes must compute the same bytes, or an
+# honest node is outvoted (and flagged) by chance. WASI's random_get and clocks are therefore replaced: random
+# bytes come from SplitMix64 seeded by the task's own seed (its job, index and argv: the same on every node), and
+# both clocks start at DETERMINISTIC_EPOCH_NS and advance CLOCK_STEP_NS per reading. (The join page's worker does
+# the same: browser_node/task-worker.js.)
+DETERMINISTIC_EPOCH_NS = 1_700_000_000 * 10**9  # 2023-11-14, realtime; monotonic starts at 0
+CLOCK_STEP_NS = 1_000
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state: int) -> tuple[int, int]:
+    """(next state, output): SplitMix64 (Steele et al.), simple to write the same in JavaScript."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def _deterministic(linker: wasmtime.Linker, seed: bytes) -> None:
+    i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+    state = {"rng": int.from_bytes(seed[:8].ljust(8, b"\0"), "little"), "ticks": 0}
+
+    def memory(caller: wasmtime.Caller) -> wasmtime.Memory:
+        mem = caller.get("memory")
+        if not isinstance(mem, wasmtime.Memory):
+            raise wasmtime.Trap("the module exports no memory")
+        return mem
+
+    def random_get(caller: wasmtime.Caller, ptr: int, length: int) -> int:
+        out = bytearray()
+        while len(out) < length:  # 8 bytes per draw, little-endian; a draw's unused bytes are dropped
+            state["rng"], word = splitmix64(state["rng"])
+            out += word.to_bytes(8, "little")
+        memory(caller).write(caller, bytes(out[:length]), ptr)
+        return 0
+
+    def clock_time_get(caller: wasmtime.Caller, clock_id: int, precision: int, ptr: int) -> int:
+        state["ticks"] += 1
+        now = state["ticks"] * CLOCK_STEP_NS + (DETERMINISTIC_EPOCH_NS if clock_id == 0 else 0)
+        memory(caller).write(caller, now.to_bytes(8, "little"), ptr)
+        return 0
+
+    def clock_res_get(caller: wasmtime.Caller, clock_id: int, ptr: int) -> int:
+        memory(caller).write(caller, CLOCK_STEP_NS.to_bytes(8, "little"), ptr)
+        return 0
+
+    linker.allow_shadowing = True
+    linker.define_func("wasi_snapshot_preview1", "random_get", wasmtime.FuncType([i32, i32], [i32]), random_get,
+                       access_caller=True)
+    linker.define_func("wasi_snapshot_preview1", "clock_time_get", wasmtime.FuncType([i32, i64, i32], [i32]),
+                       clock_time_get, access_caller=True)
+    linker.define_func("wasi_snapshot_preview1", "clock_res_get", wasmtime.FuncType([i32, i32], [i32]),
+                       clock_res_get, access_caller=True)
+
+
+def task_seed(job_id: str, task: int, args: list[str]) -> bytes:
+    """The seed of a task's random bytes: the same on every node that runs it."""
+    import hashlib
+
+    return hashlib.sha256("\x00".join(["ce-bench/task-random/v1", job_id, str(task), *args]).encode()).digest()
+
+
+def run_task(sha256: str, wasm: bytes, args: list[str], stdin: bytes, limits: TaskLimitsRt,
+             seed: bytes = b"") -> TaskOutcome:
     fuel = limits.fuel is not None
     try:
         module = ENGINES.module(fuel, sha256, wasm)
@@ -131,6 +197,7 @@ def run_task(sha256: str, wasm: bytes, args: list[str], stdin: bytes, limits: Ta
             store.set_wasi(wasi)
             linker = wasmtime.Linker(engine)
             linker.define_wasi()
+            _deterministic(linker, seed)
             store.set_epoch_deadline(ticks)
             exit_code: int | None = None
             error: str | None = None

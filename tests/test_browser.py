@@ -557,6 +557,7 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
     a job with redundancy 2 runs every task on the page (browser_wasi_shim in a worker) and on a server node,
     and the outputs agree with each other and with `wasmtime run` here."""
     from host_runner.job_client import JobClient, read_manifest
+    from host_runner.wasi_task import TaskLimitsRt, run_task, task_seed
     from tests.test_dispatch import WORK, NodeProc, proven
 
     page.check("#accept-tasks")
@@ -573,7 +574,7 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
         while not proven(r, server.node_id):
             assert time.monotonic() < deadline, "the server node was not proven within 60 s"
             time.sleep(0.5)
-        tasks = [[str(seed), "3000000"] for seed in range(4)] + [["exit", "7"]]
+        tasks = [[str(seed), "3000000"] for seed in range(4)] + [["exit", "7"], ["random"]]
         (tmp_path / "job.json").write_text(json.dumps({
             "v": 2, "kind": "wasi", "module": {"path": str(WORK)}, "tasks": [{"args": a} for a in tasks],
             "limits": {"memory_mib": 32, "wall_ms": 30000, "output_bytes": 1024},
@@ -588,6 +589,12 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
         for task, args in zip(state["tasks"], tasks, strict=True):
             agreed = {a["node_id"] for a in task["attempts"] if a["verdict"] == "agreed"}
             assert agreed == {profile["node_id"], server.node_id}, task  # the page and the server agreed
+            if args == ["random"]:  # random bytes and clocks: the task's own, the same in a page and on a server
+                seed = task_seed(job_id, task["task"], args)
+                local_run = run_task("-", WORK.read_bytes(), args, b"", TaskLimitsRt(32 << 20, 10_000, None, 1024),
+                                     seed)
+                assert task["stdout"] == local_run.stdout.decode() and " 1700000000." in task["stdout"], task
+                continue
             local = subprocess.run([str(Path(sys.executable).parent / "wasmtime"), "run", str(WORK), *args],
                                    capture_output=True, text=True, timeout=60)
             assert (task["exit_code"], task["stdout"]) == (local.returncode, local.stdout)
@@ -596,13 +603,13 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
         other = page.context.new_page()
         other.goto(f"{r.url}/job.html?id={job_id}")
         other.wait_for_function(f"() => document.querySelectorAll('#tasks tbody tr').length === {len(tasks)}")
-        assert other.locator("#status").inner_text().startswith("done: 5 accepted")
+        assert other.locator("#status").inner_text().startswith(f"done: {len(tasks)} accepted")
         assert "2 nodes agreed" in other.locator("#tasks").inner_text()
         other.goto(f"{r.url}/network.html")
         other.wait_for_function(f"() => document.querySelector('#jobs a[href*=\"{job_id}\"]') !== null")
         other.goto(f"{r.url}/nodes/{profile['node_id']}")
         other.wait_for_function("() => document.getElementById('delivered').textContent.includes('confirmed by')")
-        assert "5 confirmed by another node, 0 wrong" in other.locator("#delivered").inner_text()
+        assert f"{len(tasks)} confirmed by another node, 0 wrong" in other.locator("#delivered").inner_text()
         other.close()
     finally:
         server.stop()

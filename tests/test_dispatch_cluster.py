@@ -39,6 +39,34 @@ def pair(tmp_path: Path) -> Iterator[tuple[RelayProcess, RelayProcess, NodeKey]]
                 r.stop()
 
 
+def plant_forgeries(relay: RelayProcess, tmp_path: Path) -> set[str]:
+    """What any relay user of the cluster can write into the jobs' bucket: a value that is not JSON, and a job
+    that names a dead owner but was signed by no admitted submitter. Returns their ids."""
+    import asyncio
+    import hashlib
+    import json
+
+    import nats
+
+    nats_url = relay.extra[relay.extra.index("--nats") + 1]
+    user = relay.extra[relay.extra.index("--nats-user") + 1]
+    password = Path(relay.extra[relay.extra.index("--nats-password-file") + 1]).read_text().strip()
+    garbage, unsigned = hashlib.sha256(b"garbage").hexdigest(), hashlib.sha256(b"unsigned").hexdigest()
+
+    async def put() -> None:
+        nc = await nats.connect(nats_url, user=user, password=password)
+        kv = await nc.jetstream().key_value("ce-atlas-jobs")
+        await kv.put(f"job.{garbage}", b"{not json")
+        await kv.put(f"job.{unsigned}", json.dumps({
+            "request": {"v": 1, "submitter": "x", "manifest": {}, "nonce": "0" * 32, "created_at": 0, "sig": "A"},
+            "created_at": 0, "seed": "0", "secret": "00", "audit_share": 0, "owner": "gone",
+            "state": "running"}).encode())
+        await nc.close()
+
+    asyncio.run(put())
+    return {garbage, unsigned}
+
+
 def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
         pair: tuple[RelayProcess, RelayProcess, NodeKey], machine_profile: dict[str, Any], artifacts: Artifacts,
         tmp_path: Path) -> None:
@@ -53,6 +81,7 @@ def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
         answer = JobClient(a.url).submit(body, blobs, submitter)
         assert answer["cluster"] == "stored in the cluster's bucket", answer
         job_id = answer["id"]
+        forged = plant_forgeries(a, tmp_path)  # a relay user's writes into the jobs' bucket
         before = until("some tasks done on A", 90,
                        lambda: (s := JobClient(a.url).status(job_id))["counts"]["done"] >= 4 and s)
         a.kill9()
@@ -77,8 +106,9 @@ def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
         assert all(len(t["stdout"].split()) == 3 for t in final["tasks"])
         ran_on_b = [a_ for t in final["tasks"] for a_ in t["attempts"] if a_["placed_at"] > before["created_at"]]
         assert ran_on_b and {x["node_id"] for x in ran_on_b} <= {n.node_id for n in nodes}
-        status, metrics_body, _ = b.get("/v1/jobs")
-        assert status == 200 and any(j["id"] == job_id for j in metrics_body["jobs"])
+        status, listing, _ = b.get("/v1/jobs")
+        assert status == 200 and any(j["id"] == job_id for j in listing["jobs"])
+        assert not {j["id"] for j in listing["jobs"]} & forged  # garbage and unsigned jobs were never taken over
     finally:
         for n in nodes:
             n.stop()

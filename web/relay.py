@@ -137,7 +137,8 @@ class Relay:
             await self.cluster.start()
             cluster = self.cluster
             bucket = f"{self.config.nats_bucket}-jobs"
-            self.jobs.mirror = JobMirror(self.relay_id, lambda: cluster.job_bucket(bucket), cluster.alive_peers)
+            self.jobs.mirror = JobMirror(self.relay_id, lambda: cluster.job_bucket(bucket), cluster.alive_peers,
+                                         frozenset(self.config.jobs.submitters))
             self._tasks += [asyncio.create_task(self.jobs.mirror.write_loop()),
                             asyncio.create_task(self.jobs.adopt_loop())]
         if self.config.libp2p_listen:

@@ -42,7 +42,7 @@ WEB_BUNDLE = Path(__file__).resolve().parents[2] / "build" / "web"
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refusing past `limit` bytes without reading the rest."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise Problem(413, "body_too_large", "the body is too large", f"{declared} bytes; at most {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -112,7 +112,7 @@ async def node_history(request: Request) -> Response:
     if node_id not in relay.atlas.nodes:
         raise Problem(404, "unknown_node", "no profile of this node is known here", node_id)
     raw = request.query_params.get("limit", str(relay.config.history_kept))
-    if not raw.isdigit() or not 1 <= int(raw) <= relay.config.history_kept:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= relay.config.history_kept:
         raise Problem(400, "invalid_parameter", f"limit must be an integer in [1, {relay.config.history_kept}]",
                       raw[:40], "limit")
     return JSONResponse({"node_id": node_id, "events": relay.history(node_id, int(raw)),

@@ -47,6 +47,8 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise Problem(400, "invalid_json", "the body is not JSON", str(exc)) from None
+    except RecursionError:  # thousands of nested arrays or objects: a bad body, never a 500
+        raise Problem(400, "invalid_json", "the body is nested too deeply") from None
 
 
 @dataclass(frozen=True)

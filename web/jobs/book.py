@@ -17,7 +17,7 @@ from typing import Any
 
 from capsule.job_records import JobManifestV2, TaskSpec
 from web.jobs.config import JobsConfig
-from web.jobs.rules import Candidate, Ranked, audit_drawn, majority, rank
+from web.jobs.rules import Candidate, Ranked, audit_drawn, draw, majority, rank
 
 TERMINAL = ("done", "failed", "cancelled")
 
@@ -160,7 +160,7 @@ class JobBook:
                     self.running[a.node_id] += 1
                     self.flying[(job.id, task.index, a.n)] = (job, task, a)
                 if task.state not in TERMINAL:
-                    self._want(job, task)
+                    self._want(job, task, first=False)  # in their order
         self._event(job, "job", {"state": job.state, "counts": job.counts()}, now)
 
     def in_flight(self, submitter: str) -> int:
@@ -226,11 +226,14 @@ class JobBook:
             job.pending.extendleft(reversed(kept))
         return out, changes
 
-    def _want(self, job: Job, task: Task) -> None:
-        """`task` may want an attempt: the next placement looks at it (first)."""
+    def _want(self, job: Job, task: Task, first: bool = True) -> None:
+        """`task` may want an attempt: the next placement looks at it (first: before the job's other tasks)."""
         if task.index not in job.pending_set and task.state not in TERMINAL:
             job.pending_set.add(task.index)
-            job.pending.appendleft(task.index)
+            if first:
+                job.pending.appendleft(task.index)
+            else:
+                job.pending.append(task.index)
 
     def _set_state(self, job: Job, task: Task, state: str) -> None:
         job.tally[task.state] -= 1
@@ -239,13 +242,23 @@ class JobBook:
 
     def _choose(self, job: Job, task: Task, ranked: list[Ranked], order: dict[str, int], free: dict[str, int],
                 pool_size: int) -> Ranked | None:
-        used_nodes = {a.node_id for a in task.attempts if a.state == "running" or a.output is not None}
-        used_addresses = {a.address for a in task.attempts if a.state == "running" or a.output is not None}
+        # a node runs a task once (an error or a lost attempt included: a retry goes elsewhere); replicas go to
+        # different addresses (identities of one machine check nothing)
+        used_nodes = {a.node_id for a in task.attempts}
+        live_attempts = [a for a in task.attempts if a.state == "running" or a.output is not None]
+        used_addresses = {a.address for a in live_attempts}
 
         def fits(r: Ranked) -> bool:
             c = r.candidate
             return free.get(c.node_id, 0) > 0 and c.node_id not in used_nodes and c.address not in used_addresses
 
+        if live_attempts:
+            # a checking replica (redundancy, an audit, a dispute): drawn from the job's seed among every eligible
+            # node, whatever its load or slots or pool, so a node cannot make itself the checker of its own work
+            # by offering many slots and answering fast
+            fitting = [r for r in ranked if fits(r)]
+            return min(fitting, key=lambda r: draw(job.seed, "check", job.id, task.index, len(task.attempts),
+                                                   r.candidate.node_id)) if fitting else None
         in_pool = [ranked[order[n]] for n in job.pool if fits(ranked[order[n]])]
         if in_pool:  # the least loaded pool node (rank breaks ties)
             return min(in_pool, key=lambda r: (self.running[r.candidate.node_id] / r.candidate.slots,
@@ -256,8 +269,6 @@ class JobBook:
             if len(job.pool) < pool_size:
                 job.pool.append(r.candidate.node_id)
                 return r
-            if task.replicas > 1:  # a replica or an audit may go beyond the pool (a pool cannot check itself)
-                return r
             return None  # the pool is full and busy: the task waits for a slot there
         return None
 
@@ -265,12 +276,14 @@ class JobBook:
                   changes: Changes) -> Dispatch:
         c = chosen.candidate
         reason = chosen.reason
-        if task.audited is None and job.manifest.placement.redundancy == 1 and job.manifest.kind == "wasi":
-            novice = self.checked[c.node_id] < self.config.audit_all_until_checked
-            task.audited = novice or audit_drawn(job.seed, job.id, task.index, job.audit_share)
-            if task.audited:
-                task.replicas = 2
-                reason += "; audited (" + ("the node has few checked outputs" if novice else "drawn") + ")"
+        if job.manifest.placement.redundancy == 1 and job.manifest.kind == "wasi":
+            # audited when drawn (once per task), and always when this attempt's node has few checked outputs (on
+            # every attempt: a retry on a fresh identity is checked too). The second node is placed only after
+            # the first output arrived (_settle): nothing differs for the node before it has answered.
+            if task.audited is None:
+                task.audited = audit_drawn(job.seed, job.id, task.index, job.audit_share)
+            if self.checked[c.node_id] < self.config.audit_all_until_checked:
+                task.audited = True
         attempt = Attempt(len(task.attempts), c.node_id, c.address, now, reason)
         task.attempts.append(attempt)
         self.running[c.node_id] += 1
@@ -297,7 +310,11 @@ class JobBook:
         if not 0 <= attempt < len(t.attempts):
             return None
         a = t.attempts[attempt]
-        if a.state != "running" or a.node_id != node_id:
+        if a.node_id != node_id:
+            return None
+        if a.state == "cancelled":  # its node finished it after all: the slot is free, the result ignored
+            self.release(job_id, task, attempt)
+        if a.state != "running":
             return None
         return job, t, a
 
@@ -316,6 +333,9 @@ class JobBook:
         """Every attempt running on `node_id` ends (its session closed, it went offline): placed again."""
         changes = Changes()
         for job, task, a in [f for f in self.flying.values() if f[2].node_id == node_id]:
+            if a.state == "cancelled":
+                self.release(job.id, task.index, a.n)
+                continue
             a.error = why
             self._end_attempt(job, task, a, "lost", now, changes)
             self._event(job, "task", {"task": task.index, "state": "requeued", "node_id": node_id,
@@ -348,25 +368,40 @@ class JobBook:
         changes = Changes()
         for job, task, a in list(self.flying.values()):
             limit_s = job.manifest.limits.wall_ms / 1000 + self.config.deadline_grace_s
-            if now - a.placed_at > limit_s:
+            if now - a.placed_at > limit_s and a.state == "cancelled":
+                self.release(job.id, task.index, a.n)
+            elif now - a.placed_at > limit_s:
                 a.error = f"no result within {limit_s:.0f} s"
                 self._end_attempt(job, task, a, "expired", now, changes)
                 self._settle(job, task, now, changes)
         return changes
 
     def _end_attempt(self, job: Job, task: Task, a: Attempt, state: str, now: float, changes: Changes) -> None:
+        """Ends an attempt. A cancelled one (its task was decided or cancelled) may still be running on its node,
+        which was not stopped: it keeps its slot until its result arrives (ignored), its node leaves, or its
+        deadline passes (`release`), so the node is never sent more than its slots."""
         a.state, a.ended_at = state, now
-        self.flying.pop((job.id, task.index, a.n), None)
-        self.running[a.node_id] -= 1
-        if self.running[a.node_id] <= 0:
-            del self.running[a.node_id]
+        if state != "cancelled":
+            self.release(job.id, task.index, a.n)
         changes.attempts.append((job, task, a))
+
+    def release(self, job_id: str, task: int, n: int) -> None:
+        """The attempt's slot is free again."""
+        flying = self.flying.pop((job_id, task, n), None)
+        if flying is None:
+            return
+        node = flying[2].node_id
+        self.running[node] -= 1
+        if self.running[node] <= 0:
+            del self.running[node]
 
     def _settle(self, job: Job, task: Task, now: float, changes: Changes) -> None:
         """Decides the task where its outputs allow."""
         if task.state in TERMINAL:
             return
         outputs = [a.output for a in task.attempts if a.output is not None]
+        if task.audited and task.replicas < 2 and outputs:
+            task.replicas = 2  # the audit: a second node now (placed after the first output: web/jobs/rules.py)
         winner = majority(outputs, task.replicas)
         if winner is not None:
             checked = len(outputs) > 1
@@ -397,7 +432,10 @@ class JobBook:
         # a session that closed says nothing about the task; an error or a missed deadline may (a module that
         # outruns every node's wall clock fails after max_attempts, not never)
         errors = [a for a in task.attempts if a.state in ("done", "expired") and a.output is None]
-        if len(errors) >= self.config.max_attempts and task.wanted() > 0:
+        # a failure two nodes both met (a trap, a limit: the module's, not a node's) fails the task; any failures
+        # fail it after max_attempts
+        confirmed = len({a.node_id for a in errors}) >= 2 and not outputs
+        if (confirmed or len(errors) >= self.config.max_attempts) and task.wanted() > 0:
             self._end_task(job, task, "failed", errors[-1].error or "failed", now, changes)
         elif task.wanted() > 0:
             self._want(job, task)

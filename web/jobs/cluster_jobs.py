@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 import time
@@ -54,10 +55,28 @@ def task_of(index: int, spec: Any, body: dict[str, Any]) -> Task:
     return task
 
 
+def decided_by_receipts(task: Task) -> bool:
+    """A task read back from the bucket counts as decided only with its output's signed receipts (a failed or
+    cancelled task has none to show and is simply run again)."""
+    from capsule.signing import verify_record
+
+    if task.state != "done" or task.output_sha256 is None or task.stdout is None:
+        return False
+    if hashlib.sha256(task.stdout).hexdigest() != task.output_sha256:
+        return False
+    backing = [a for a in task.attempts if a.verdict in ("agreed", "unchecked") and a.receipt is not None]
+    for a in backing:
+        receipt = verify_record("TaskReceipt", a.receipt)
+        if receipt.node_id != a.node_id or receipt.output_sha256 != task.output_sha256:
+            return False
+    return bool(backing)
+
+
 class JobMirror:
     def __init__(self, relay_id: str, bucket: Callable[[], Awaitable[Any]],
-                 alive_peers: Callable[[float], set[str]]) -> None:
+                 alive_peers: Callable[[float], set[str]], submitters: frozenset[str] = frozenset()) -> None:
         self.relay_id = relay_id
+        self.submitters = submitters  # this relay's policy: a job of another key is not taken over
         self._bucket = bucket          # the KV bucket (made on first use; the cluster's connection)
         self.alive_peers = alive_peers
         self._writes: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
@@ -110,23 +129,42 @@ class JobMirror:
         alive = {self.relay_id, *self.alive_peers(time.time())}
         taken = []
         for key in keys:
-            entry = await kv.get(key)
-            body = json.loads(entry.value)
-            if body["state"] in TERMINAL or body["owner"] in alive or known(key[4:]):
-                continue
-            body["owner"] = self.relay_id
             try:
-                await kv.update(key, json.dumps(body).encode(), last=entry.revision)
-            except KeyWrongLastSequenceError:
-                continue  # another relay took it first
-            taken.append(await self._load(kv, key[4:], body))
+                entry = await kv.get(key)
+                body = json.loads(entry.value)
+                if body["state"] in TERMINAL or body["owner"] in alive or known(key[4:]):
+                    continue
+                self._check_request(key[4:], body["request"])
+                body["owner"] = self.relay_id
+                try:
+                    await kv.update(key, json.dumps(body).encode(), last=entry.revision)
+                except KeyWrongLastSequenceError:
+                    continue  # another relay took it first
+                taken.append(await self._load(kv, key[4:], body))
+            except (ValueError, KeyError, TypeError, JetStreamError) as exc:
+                # what a relay user wrote into the bucket is a claim: a job that does not verify is skipped
+                # (and said), never run, and never stops the other jobs' adoption
+                log.warning("a job in the cluster's bucket was not taken over",
+                            extra={"key": key[:80], "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                continue
             self.adopted += 1
             log.info("job adopted from a relay that is gone", extra={"job": key[4:]})
         return taken
 
-    async def _load(self, kv: Any, job_id: str, body: dict[str, Any]) -> Job:
-        import hashlib
+    def _check_request(self, job_id: str, request: Any) -> None:
+        """The stored request must be the signed JobRequest of a submitter this relay admits, named by its hash."""
+        from capsule.canonical import canonical_bytes
+        from capsule.job_records import check_manifest
+        from capsule.signing import verify_record
 
+        record = verify_record("JobRequest", request)  # ValidationError / SignatureError: ValueErrors
+        check_manifest(record.manifest)
+        if hashlib.sha256(canonical_bytes(request)).hexdigest() != job_id:
+            raise ValueError("the job's key is not the hash of its request")
+        if record.submitter not in self.submitters:
+            raise ValueError(f"submitter {record.submitter} is not admitted by this relay")
+
+    async def _load(self, kv: Any, job_id: str, body: dict[str, Any]) -> Job:
         request = body["request"]
         manifest = parse(JobManifestV2, request["manifest"])
         job = Job(job_id, request["submitter"], manifest, request, body["created_at"], body["seed"],
@@ -136,8 +174,11 @@ class JobMirror:
         for index, spec in enumerate(manifest.tasks):
             try:
                 entry = await kv.get(f"task.{job_id}.{index}")
-                tasks.append(task_of(index, spec, json.loads(entry.value)))
-            except KeyNotFoundError:
+                task = task_of(index, spec, json.loads(entry.value))
+                if not decided_by_receipts(task):
+                    raise ValueError("a decided task without the signed receipts behind its output")
+                tasks.append(task)
+            except (KeyNotFoundError, ValueError, KeyError, TypeError):  # missing or unverifiable: run again
                 tasks.append(Task(index, spec, manifest.placement.redundancy))
         job.tasks = tasks
         return job
@@ -147,5 +188,10 @@ class JobMirror:
         out = {}
         for sha in shas:
             count = int((await kv.get(f"blob.{sha}")).value)
-            out[sha] = b"".join([(await kv.get(f"blob.{sha}.{n}")).value for n in range(count)])
+            if not 0 < count <= 64:  # 64 chunks of 512 KiB: beyond any job's blob limit
+                raise ValueError(f"blob {sha[:16]}... has {count} chunks")
+            data = b"".join([(await kv.get(f"blob.{sha}.{n}")).value for n in range(count)])
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise ValueError(f"blob {sha[:16]}... in the bucket does not hash to its name")
+            out[sha] = data
         return out

@@ -20,7 +20,7 @@ from typing import Any
 from capsule.job_records import JobManifestV2
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
-from web.jobs.book import TERMINAL, Changes, Dispatch, Job, JobBook
+from web.jobs.book import TERMINAL, Changes, Dispatch, Job, JobBook, Task
 from web.jobs.cluster_jobs import ADOPT_INTERVAL_S, JobMirror
 from web.jobs.config import JobsConfig
 from web.jobs.job_store import JobStore
@@ -197,6 +197,11 @@ class JobDesk:
             raise ResultError("stale_result", f"no running attempt {receipt['job_id'][:16]}.../{receipt['task']}/"
                                               f"{receipt['attempt']} of this node")
         job, task, attempt = found
+        standing = self.view.standing(node_id)
+        if standing is not None and standing.flagged:  # caught lying: what it still returns is placed again
+            self._after(self.book.lost(node_id, time.time(), "the node is flagged: its result is not taken"))
+            self._wake.set()
+            raise ResultError("stale_result", "this node is flagged (a wrong answer or output): results are not taken")
         if not isinstance(stdout_b64, str):
             raise ResultError("invalid_message", "task_result needs stdout (base64)")
         try:
@@ -229,8 +234,9 @@ class JobDesk:
             self.pace.add_task(runs)
         for verdict in changes.verdicts:
             self.verdicts["agreed" if verdict.agreed else "wrong"] += 1
-            if not verdict.agreed:
+            if not verdict.agreed:  # its unchecked outputs in running jobs are checked; its attempts placed again
                 self._after(self.book.suspect(verdict.node_id, time.time()))
+                self._after(self.book.lost(verdict.node_id, time.time(), "the node's output lost a majority"))
                 await self.view.wrong_output(verdict.node_id, f"job {verdict.job_id[:16]}... task {verdict.task}: "
                                                               "its output lost the majority")
         self._wake.set()
@@ -304,6 +310,8 @@ class JobDesk:
         for job in {id(j): j for j in [*changes.jobs, *(j for j, _ in changes.tasks),
                                        *(j for j, _, _ in changes.attempts)]}.values():
             self.followers(job.id).changed.set()
+            if job.state in TERMINAL:  # its followers read the end and leave; nothing wakes them again
+                self._followers.pop(job.id, None)
         if len(self.book.jobs) > self.config.finished_kept * 2:
             self.book.forget(self.config.finished_kept)
 
@@ -339,13 +347,20 @@ def job_json(job: Job, with_tasks: bool = True) -> dict[str, Any]:
     body["seed_commitment"] = job.secret_sha256
     body["secret"] = job.secret if job.state in TERMINAL else None
     if with_tasks:
-        body["tasks"] = [{
-            "task": t.index, "state": t.state, "node_id": next((a.node_id for a in t.attempts if a.verdict in
-                                                                ("agreed", "unchecked")), None),
-            "exit_code": t.exit_code, "output_sha256": t.output_sha256,
-            "stdout": _text(t.stdout), "error": t.error, "audited": t.audited, "replicas": t.replicas,
-            "attempts": [a.to_json() for a in t.attempts]} for t in job.tasks]
+        body["tasks"] = [task_json(t) for t in job.tasks]
     return body
+
+
+def task_json(t: Task) -> dict[str, Any]:
+    """A task as anyone may read it. Until it is decided, whether it is audited (and so how many outputs it
+    waits for) is not shown: a node that could read it before answering would lie only where unchecked."""
+    decided = t.state in TERMINAL
+    return {"task": t.index, "state": t.state,
+            "node_id": next((a.node_id for a in t.attempts if a.verdict in ("agreed", "unchecked")), None),
+            "exit_code": t.exit_code, "output_sha256": t.output_sha256, "stdout": _text(t.stdout),
+            "stdout_base64": None if t.stdout is None else base64.b64encode(t.stdout).decode(), "error": t.error,
+            "audited": t.audited if decided else None, "replicas": t.replicas if decided else None,
+            "attempts": [a.to_json() for a in t.attempts]}
 
 
 def capsule_output_problem(stdout: bytes, node_id: str, beacon: dict[str, Any] | None) -> str | None:

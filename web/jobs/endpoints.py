@@ -36,7 +36,7 @@ def desk_of(request: Request) -> JobDesk:
 
 async def _body(request: Request, limit: int) -> Any:
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise Problem(413, "body_too_large", "the body is too large", f"{declared} bytes; at most {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -111,6 +111,9 @@ async def post_job(request: Request) -> Response:
     blobs = _blobs(body.get("blobs"), desk.config.blob_bytes_max)
     if manifest.kind == "capsule":
         _capsule_job(manifest)
+        if blobs:
+            raise Problem(422, "unexpected_blob", "a capsule job uploads no blobs (every node has its capsule)",
+                          field="$.blobs")
     else:
         _wasi_job(desk, manifest, blobs)
     in_flight = desk.book.in_flight(submitter)
@@ -154,6 +157,10 @@ def _wasi_job(desk: JobDesk, manifest: JobManifestV2, blobs: dict[str, bytes]) -
     if manifest.module is None:
         raise Problem(422, "invalid_field", "a wasi job names its module", field="$.request.manifest.module")
     wanted = [manifest.module.sha256, *(t.stdin_sha256 for t in manifest.tasks if t.stdin_sha256)]
+    unnamed = set(blobs) - set(wanted)
+    if unnamed:  # stored and served for ever otherwise: only what the job runs is kept
+        raise Problem(422, "unexpected_blob", "a blob the job does not name was sent", sorted(unnamed)[0],
+                      "$.blobs")
     for sha in wanted:
         if sha not in blobs and not desk.store.has_blob(sha):
             raise Problem(422, "unknown_blob", "a blob the job names is neither uploaded nor held here",
@@ -211,7 +218,7 @@ async def job_events(request: Request) -> Response:
     desk = desk_of(request)
     job = _job(desk, request)
     last = request.headers.get("last-event-id", "0")
-    after = int(last) if last.isdigit() else 0
+    after = int(last) if last.isascii() and last.isdigit() and len(last) < 19 else 0
 
     async def stream() -> AsyncIterator[str]:
         nonlocal after

@@ -21,6 +21,7 @@ class Standing:
     mem_bw_gbps: float | None = None   # claimed
     memory_mb: int | None = None       # claimed available
     storage_free_gb: int | None = None
+    flagged: bool = False      # a wrong answer or output lately: its results are taken no more
 
 
 class NodeView(Protocol):

@@ -32,11 +32,12 @@ class RelayNodeView:
             return None
         live = node_id in self.atlas.live
         counted = entry.verified
-        proven = live and counted != Contribution() and self.trust.status(node_id, time.time()) == "verified"
+        status = self.trust.status(node_id, time.time())
+        proven = live and counted != Contribution() and status == "verified"
         profile = entry.profile
         return Standing(live, proven, self.region, counted.cpu_mgflops / MILLI, counted.mtokens_per_sec / MILLI,
                         counted.gpu_utflops / MICRO, profile.mem_bw_gbps, None,
-                        profile.contribution.storage_free_gb)
+                        profile.contribution.storage_free_gb, status == "flagged")
 
     def rtt_from(self, node_id: str) -> dict[str, float] | None:
         version, at, table = self._rtt_cache

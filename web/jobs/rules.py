@@ -9,6 +9,7 @@ submission with the job's secret), so a node cannot arrange to be placed on the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -110,13 +111,28 @@ def audit_drawn(seed: str, job_id: str, task: int, share: float) -> bool:
 
 
 def false_accept_odds(redundancy: int, audit_share: float, liar_share: float) -> float:
-    """The chance that one wrong output is accepted, for a node that lies on a task with independent honest
-    replicas: with R >= 2 every task is checked by R - 1 others and a lie is accepted only when liars hold the
-    majority (odds liar_share ** (R // 2) that the other liars needed are drawn too); with R = 1 a lie passes
-    unless the task is audited (audit_share) and then only if the auditor lies alike."""
-    if redundancy >= 2:
-        return liar_share ** (redundancy // 2)
-    return (1 - audit_share) + audit_share * liar_share
+    """The chance that one wrong output is accepted, exactly as the book decides (web/jobs/book.py): the liar's
+    output stands against outputs of other nodes drawn at random, each a colluding liar (the same wrong output)
+    with probability `liar_share`; a task is decided when an output has a majority of `replicas`, and a tie adds
+    one node, up to max(3, R + 2) (then it fails: not accepted). With R = 1 the task is checked only when drawn
+    for audit (`audit_share`), then as R = 2."""
+    cap = max(3, redundancy + 2)
+
+    @functools.cache
+    def accepted(lies: int, truths: int, replicas: int) -> float:
+        need = replicas // 2 + 1
+        if lies >= need:
+            return 1.0
+        if truths >= need:
+            return 0.0
+        if lies + truths >= replicas:  # every replica answered, no majority: one more node, or the task fails
+            return accepted(lies, truths, replicas + 1) if replicas < cap else 0.0
+        f = liar_share
+        return f * accepted(lies + 1, truths, replicas) + (1 - f) * accepted(lies, truths + 1, replicas)
+
+    if redundancy == 1:
+        return (1 - audit_share) + audit_share * accepted(1, 0, 2)
+    return accepted(1, 0, redundancy)
 
 
 LIAR_SHARES = (0.0, 0.1, 0.3)  # shares of colluding liars among the other nodes, in GET /v1/checks
