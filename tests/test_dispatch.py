@@ -59,6 +59,18 @@ class NodeProc:
             self.proc.wait(timeout=5)
 
 
+@pytest.fixture(scope="module", name="claims")
+def claims_fixture() -> dict[str, Any]:
+    """What the test nodes claim: a sample profile at 33 GFLOP/s on 2 instances (register() claims CLAIM_SHARE of
+    it: ~10 GFLOP/s, well within what even a busy core here shows at a roll call), no GPU. Measuring this machine
+    instead took ~8 s of both cores per module, and under-claiming is honest."""
+    from tests.samples import sample_profile
+
+    profile = sample_profile(gflops=33.0)[1]
+    profile["gpus"] = []
+    return profile
+
+
 def register(relay: RelayProcess, measured: dict[str, Any], key: NodeKey) -> None:
     body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
     beacon = fetch_beacon(relay.url)
@@ -66,6 +78,7 @@ def register(relay: RelayProcess, measured: dict[str, Any], key: NodeKey) -> Non
                 beacon={k: beacon[k] for k in ("relay", "round", "value")})
     body["cpu"]["gflops_fp32"] = round(CLAIM_SHARE * measured["cpu"]["gflops_fp32"], 3)
     body["llm"]["tokens_per_sec"] = None  # no reference-model phase: the roll calls stay short
+    body["gpus"] = []
     post_profile(relay.url, sign("NodeProfile", body, key))
 
 
@@ -88,14 +101,14 @@ def relay(tmp_path_factory: pytest.TempPathFactory, submitter: tuple[Path, NodeK
 
 
 @pytest.fixture(scope="module")
-def fleet(relay: RelayProcess, machine_profile: dict[str, Any], artifacts: Artifacts,
+def fleet(relay: RelayProcess, claims: dict[str, Any], artifacts: Artifacts,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProc]]:
     """Four honest node processes, each proven at a roll call before the tests use them."""
     base = tmp_path_factory.mktemp("fleet")
     nodes = []
     for i in range(4):
         n = NodeProc(relay, base / f"n{i}", f"127.0.0.{10 + i}", artifacts.reactor)
-        register(relay, machine_profile, n.key)
+        register(relay, claims, n.key)
         nodes.append(n)
     try:
         until("four proven nodes", 90, lambda: all(proven(relay, n.node_id) for n in nodes),
@@ -145,13 +158,13 @@ def test_a_job_with_redundancy_two_matches_local_wasmtime(relay: RelayProcess, f
 
 
 def test_a_liar_is_caught_flagged_and_placed_no_more(relay: RelayProcess, fleet: list[NodeProc],
-                                                     submitter: tuple[Path, NodeKey], machine_profile: dict[str, Any],
+                                                     submitter: tuple[Path, NodeKey], claims: dict[str, Any],
                                                      artifacts: Artifacts, tmp_path: Path) -> None:
     """A proven node that lies on one task in three (its receipts signed as usual) is caught by the audit of a
     fresh identity's every task, flagged, and placed on no more; no honest node gets a wrong verdict."""
     liar = NodeProc(relay, tmp_path / "liar", "127.0.0.30", artifacts.reactor, lie_every=3)
     try:
-        register(relay, machine_profile, liar.key)
+        register(relay, claims, liar.key)
         until("the liar proven", 60, lambda: proven(relay, liar.node_id))
         client = JobClient(relay.url)
         from host_runner.job_client import read_manifest

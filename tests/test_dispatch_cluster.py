@@ -16,7 +16,7 @@ from host_runner.job_client import JobClient, read_manifest
 from tests.conftest import Artifacts
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, free_port, start_all
-from tests.test_dispatch import NodeProc, proven, register, write_manifest
+from tests.test_dispatch import NodeProc, claims_fixture, proven, register, write_manifest  # noqa: F401
 from tests.test_proven import ROLL, until
 
 pytestmark = pytest.mark.timed  # the nodes answer roll calls to be proven
@@ -68,13 +68,13 @@ def plant_forgeries(relay: RelayProcess, tmp_path: Path) -> set[str]:
 
 
 def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
-        pair: tuple[RelayProcess, RelayProcess, NodeKey], machine_profile: dict[str, Any], artifacts: Artifacts,
+        pair: tuple[RelayProcess, RelayProcess, NodeKey], claims: dict[str, Any], artifacts: Artifacts,
         tmp_path: Path) -> None:
     a, b, submitter = pair
     nodes = [NodeProc(a, tmp_path / f"n{i}", f"127.0.0.{60 + i}", artifacts.reactor) for i in range(3)]
     try:
         for n in nodes:
-            register(a, machine_profile, n.key)
+            register(a, claims, n.key)
         until("three proven nodes on A", 90, lambda: all(proven(a, n.node_id) for n in nodes))
         body, blobs = read_manifest(write_manifest(tmp_path / "job.json", [[str(s), "40000000"] for s in range(18)],
                                                    audit=0.0))

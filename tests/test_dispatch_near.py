@@ -16,7 +16,7 @@ from common.keys import load_or_create
 from host_runner.job_client import JobClient, read_manifest
 from tests.conftest import ROOT, Artifacts
 from tests.relay_process import CLI
-from tests.test_dispatch import write_manifest
+from tests.test_dispatch import claims_fixture, write_manifest  # noqa: F401 - the claims fixture
 from tests.test_world import get, in_ns, url, wait_for, world  # noqa: F401 - world is the fixture
 
 pytestmark = pytest.mark.alone  # RTTs through a user-space router: judged against the built delays
@@ -26,7 +26,7 @@ HOSTS = [4, 5, 6, 7, 10]  # region 0: 4, 5, 6; region 1: 7; region 2: 10
 
 
 def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], float],  # noqa: F811
-                                                   tmp_path: Path, machine_profile: dict[str, Any],
+                                                   tmp_path: Path, claims: dict[str, Any],
                                                    artifacts: Artifacts) -> None:
     from tests.test_dispatch import proven, register
 
@@ -50,7 +50,7 @@ def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], 
         keys = {}
         for h in HOSTS:
             keys[h] = load_or_create(tmp_path / f"n{h}" / "node.key")
-            register(relay, machine_profile, keys[h])  # type: ignore[arg-type]
+            register(relay, claims, keys[h])  # type: ignore[arg-type]
             key_file = str(tmp_path / f"n{h}" / "node.key")
             procs.append(in_ns(h, sys.executable, "-m", "tests.job_node", relay.url, key_file, f"10.78.{h}.2",
                                "--reactor", str(artifacts.reactor), "--peer-probes",
