@@ -213,6 +213,8 @@ def verify(file: Path, recompute: bool, capsule_path: Path) -> None:
         raise UserError(f"cannot read {file}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{file} is not JSON: {exc}") from None
+    except RecursionError:  # thousands of nested arrays: a bad file, not a traceback
+        raise UserError(f"{file} is nested too deeply to be a record") from None
     kind = "JobReceipt" if isinstance(data, dict) and "job_id" in data else "NodeProfile"
     try:
         verify_record(kind, data)

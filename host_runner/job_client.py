@@ -33,6 +33,8 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         raise UserError(f"cannot read the manifest {path}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"the manifest {path} is not JSON: {exc}") from None
+    except RecursionError:  # thousands of nested arrays: a bad file, not a traceback
+        raise UserError(f"the manifest {path} is nested too deeply to be a manifest") from None
     if not isinstance(raw, dict):
         raise UserError(f"the manifest {path} is not a JSON object")
     blobs: dict[str, bytes] = {}

@@ -87,6 +87,8 @@ def load_manifest(path: Path) -> tuple[JobManifest, dict[str, Any]]:
         raise JobError(f"cannot read the manifest {path}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"the manifest {path} is not JSON: {exc}") from None
+    except RecursionError:  # thousands of nested arrays: a bad file, not a traceback
+        raise JobError(f"the manifest {path} is nested too deeply to be a manifest") from None
     try:
         manifest = parse(JobManifest, raw)
         _probes(manifest.probes)
@@ -131,6 +133,8 @@ def run_capsule(capsule_path: Path, key: Signer, beacon: dict[str, Any], probes:
             error = f"the capsule trapped: {trap.message.splitlines()[0]}"
     except CapsuleError as exc:
         error = f"{exc} (memory limit {memory_mib} MiB)"
+    except wasmtime.WasmtimeError as exc:  # instantiation: e.g. a memory limit below the capsule's own minimum
+        error = f"the capsule cannot start: {str(exc).splitlines()[0]} (memory limit {memory_mib} MiB)"
     took_ms = (time.perf_counter() - t0) * 1000
     profile = None
     if report is not None:
