@@ -119,6 +119,30 @@ def document() -> dict[str, Any]:
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
+            "/v1/links": {"post": {
+                "summary": "Store a LinkSample both endpoints signed (RTT, jitter, loss, bandwidth)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _schema("LinkSample")}}},
+                "responses": {"201": json_ok("stored", {"type": "object"}), "400": problem("not JSON"),
+                              "413": problem("too large (8 KiB)"),
+                              "422": problem("invalid field, signature, an endpoint without a profile")}}},
+            "/netgraph": {"get": {"summary": "The network graph: nodes with coordinates, measured edges, regions, "
+                                             "what the coordinates were fitted from",
+                                  "responses": {"200": json_ok("the graph", {"type": "object"})}}},
+            "/netgraph/rtt": {"get": {
+                "summary": "Measured and predicted RTT from this relay to a node (?to=NODE_ID)",
+                "parameters": [{"name": "to", "in": "query", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": json_ok("RTTs", {"type": "object"}), "400": problem("not a NodeId"),
+                              "404": problem("unknown node")}}},
+            "/v1/relays": {"get": {"summary": "The relays of this relay's cluster, with their URLs (live sessions "
+                                              "fail over to them)",
+                                   "responses": {"200": json_ok("relays", {"type": "object"})}}},
+            "/v1/live": {"get": {"summary": "WebSocket: a node's live session (heartbeats, pings, challenges, "
+                                            "roll calls, tasks; the protocol in web/sessions/live.py)",
+                                 "responses": {"101": {"description": "switching to WebSocket"},
+                                               "429": problem("over this address's live-session limits")}}},
+            "/v1/probe": {"get": {"summary": "WebSocket: a landmark probe (another relay's node measures its RTT "
+                                             "to this relay)",
+                                  "responses": {"101": {"description": "switching to WebSocket"}}}},
             **job_paths(),
         },
     }
