@@ -45,6 +45,7 @@ def plant_forgeries(relay: RelayProcess, tmp_path: Path) -> set[str]:
     import asyncio
     import hashlib
     import json
+    import threading
 
     import nats
 
@@ -63,7 +64,19 @@ def plant_forgeries(relay: RelayProcess, tmp_path: Path) -> set[str]:
             "state": "running"}).encode())
         await nc.close()
 
-    asyncio.run(put())
+    # in a thread of its own: a playwright test earlier in this worker may have left an event loop running here
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(put())
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the test's thread
+            failed.append(exc)
+
+    done = threading.Thread(target=run)
+    done.start()
+    done.join(timeout=30)
+    assert not done.is_alive() and not failed, failed  # the precondition: the forgeries are in the bucket
     return {garbage, unsigned}
 
 
