@@ -249,7 +249,11 @@ class JobDesk:
         """GET /v1/checks "jobs": the odds, and the verdicts this relay gave (a wrong verdict on an honest node
         is a false reject: bench/dispatch.py measures their rate on honest nodes, BENCHMARKS.md)."""
         return {**odds(self.config.audit_share, self.config.audit_all_until_checked),
-                "verdicts_since_start": dict(self.verdicts)}
+                "verdicts_since_start": dict(self.verdicts),
+                "honest_false_reject": "an honest node's output is rejected only when colluders outvote it (the "
+                                       "odds above); honest replicas agree bit for bit (a deterministic world for "
+                                       "the module). Measured on honest nodes: bench/dispatch.py part 4, its "
+                                       "figure and date in BENCHMARKS.md"}
 
     # --- the loop ------------------------------------------------------------------------------------
 
