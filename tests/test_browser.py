@@ -548,7 +548,10 @@ def queued_job(relay: RelayProcess, submitter: NodeKey, tmp_path: Path) -> str:
     from tests.test_dispatch import write_manifest
 
     body, blobs = read_manifest(write_manifest(tmp_path / "queued.json", [["1", "10"], ["trap"]]))
-    return str(JobClient(relay.url).submit(body, blobs, submitter)["id"])
+    client = JobClient(relay.url)
+    job_id = str(client.submit(body, blobs, submitter)["id"])
+    assert client.status(job_id, tasks=False)["counts"]["queued"] == 2
+    return job_id
 
 
 def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, Any], submitter: NodeKey,
@@ -560,6 +563,8 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
     from host_runner.wasi_task import TaskLimitsRt, run_task, task_seed
     from tests.test_dispatch import WORK, NodeProc, proven
 
+    assert not page.is_checked("#accept-tasks")  # the page asks first: no task before its user allows it
+    assert r.get("/v1/jobs")[1]["workers"] == 0
     page.check("#accept-tasks")
     page.wait_for_function("() => document.getElementById('tasks').textContent.includes('waiting for work')")
     server = NodeProc(r, tmp_path / "server-node", "127.0.0.50", artifacts.reactor)

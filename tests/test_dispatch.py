@@ -179,6 +179,7 @@ def test_a_liar_is_caught_flagged_and_placed_no_more(relay: RelayProcess, fleet:
         assert state["state"] == "done" and all(t["state"] == "done" for t in state["tasks"])
         assert not [a for a in attempts if a["verdict"] == "wrong" and a["node_id"] != liar.node_id]
         caught_at = min(a["ended_at"] for a in lies)
+        assert any(a["placed_at"] > caught_at for a in attempts)  # the precondition: the job went on after the catch
         assert not [a for a in attempts if a["node_id"] == liar.node_id and a["placed_at"] > caught_at + 0.5]
         assert node(relay, liar)["trust"]["status"] == "flagged"
         for t in state["tasks"]:  # no lie was accepted: the made-up outputs are one hex word, the true ones three
@@ -188,10 +189,14 @@ def test_a_liar_is_caught_flagged_and_placed_no_more(relay: RelayProcess, fleet:
 
 
 def test_a_node_killed_mid_job_has_its_tasks_placed_again(relay: RelayProcess, fleet: list[NodeProc],
-                                                          submitter: tuple[Path, NodeKey], tmp_path: Path) -> None:
+                                                          submitter: tuple[Path, NodeKey], claims: dict[str, Any],
+                                                          tmp_path: Path) -> None:
     """kill -9 of a node running tasks: each of its attempts is lost and placed again within two liveness
     intervals (the relay's heartbeat interval, 0.5 s here), the job completes, and no task counts twice."""
     victim = NodeProc(relay, tmp_path / "victim", "127.0.0.40", None)  # never proven: it must never get work
+    register(relay, claims, victim.key)
+    until("the unproven node live, offering its slot", 30,
+          lambda: node(relay, victim.key)["status"]["online"] and not proven(relay, victim.node_id))
     client = JobClient(relay.url)
     from host_runner.job_client import read_manifest
 

@@ -5,6 +5,8 @@ the nodes move to B by themselves, and the job completes there with every result
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,29 +41,40 @@ def pair(tmp_path: Path) -> Iterator[tuple[RelayProcess, RelayProcess, NodeKey]]
                 r.stop()
 
 
-def plant_forgeries(relay: RelayProcess, tmp_path: Path) -> set[str]:
-    """What any relay user of the cluster can write into the jobs' bucket: a value that is not JSON, and a job
-    that names a dead owner but was signed by no admitted submitter. Returns their ids."""
+def plant_forgeries(relay: RelayProcess, tmp_path: Path, real_request: dict[str, Any]) -> set[str]:
+    """What any relay user of the cluster can write into the jobs' bucket, each naming a dead owner: a value that is
+    not JSON; a well-formed job signed by a key no relay admits; the real submitter's signed request stored under
+    another id. Returns their ids."""
     import asyncio
     import hashlib
-    import json
     import threading
 
     import nats
 
+    from capsule.signing import sign
+    from common.keys import NodeKey
+
     nats_url = relay.extra[relay.extra.index("--nats") + 1]
     user = relay.extra[relay.extra.index("--nats-user") + 1]
     password = Path(relay.extra[relay.extra.index("--nats-password-file") + 1]).read_text().strip()
-    garbage, unsigned = hashlib.sha256(b"garbage").hexdigest(), hashlib.sha256(b"unsigned").hexdigest()
+    garbage, renamed = hashlib.sha256(b"garbage").hexdigest(), hashlib.sha256(b"renamed").hexdigest()
+    stranger = NodeKey.generate()
+    foreign = sign("JobRequest", {**{k: v for k, v in real_request.items() if k != "sig"},
+                                  "submitter": stranger.node_id}, stranger)
+    from capsule.canonical import canonical_bytes
+
+    unadmitted = hashlib.sha256(canonical_bytes(foreign)).hexdigest()
+
+    def value(request: dict[str, Any]) -> bytes:
+        return json.dumps({"request": request, "created_at": 0, "seed": "0" * 64, "secret": "00" * 32,
+                           "audit_share": 0, "owner": "gone", "state": "running"}).encode()
 
     async def put() -> None:
         nc = await nats.connect(nats_url, user=user, password=password)
         kv = await nc.jetstream().key_value("ce-atlas-jobs")
         await kv.put(f"job.{garbage}", b"{not json")
-        await kv.put(f"job.{unsigned}", json.dumps({
-            "request": {"v": 1, "submitter": "x", "manifest": {}, "nonce": "0" * 32, "created_at": 0, "sig": "A"},
-            "created_at": 0, "seed": "0", "secret": "00", "audit_share": 0, "owner": "gone",
-            "state": "running"}).encode())
+        await kv.put(f"job.{unadmitted}", value(foreign))
+        await kv.put(f"job.{renamed}", value(real_request))
         await nc.close()
 
     # in a thread of its own: a playwright test earlier in this worker may have left an event loop running here
@@ -77,7 +90,17 @@ def plant_forgeries(relay: RelayProcess, tmp_path: Path) -> set[str]:
     done.start()
     done.join(timeout=30)
     assert not done.is_alive() and not failed, failed  # the precondition: the forgeries are in the bucket
-    return {garbage, unsigned}
+    return {garbage, unadmitted, renamed}
+
+
+def _request_of(relay: RelayProcess, job_id: str) -> dict[str, Any]:
+    """The signed JobRequest the relay stored for the job (its own SQLite file, read-only)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{relay.data_dir / 'jobs.sqlite'}?mode=ro", uri=True) as db:
+        row = db.execute("SELECT request FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    request: dict[str, Any] = json.loads(row[0])
+    return request
 
 
 def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
@@ -94,10 +117,13 @@ def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
         answer = JobClient(a.url).submit(body, blobs, submitter)
         assert answer["cluster"] == "stored in the cluster's bucket", answer
         job_id = answer["id"]
-        forged = plant_forgeries(a, tmp_path)  # a relay user's writes into the jobs' bucket
+        real_request = _request_of(a, job_id)
+        forged = plant_forgeries(a, tmp_path, real_request)  # a relay user's writes into the jobs' bucket
         before = until("some tasks done on A", 90,
                        lambda: (s := JobClient(a.url).status(job_id))["counts"]["done"] >= 4 and s)
+        assert before["counts"]["done"] < 18  # the precondition: work was left for B
         a.kill9()
+        killed_at = time.time()
         on_b = JobClient(b.url)
 
         def adopted() -> dict[str, Any] | None:
@@ -117,7 +143,7 @@ def test_a_job_is_carried_on_by_another_relay_when_its_relay_dies(
                 kept = final["tasks"][task["task"]]
                 assert (kept["exit_code"], kept["stdout"]) == (task["exit_code"], task["stdout"])
         assert all(len(t["stdout"].split()) == 3 for t in final["tasks"])
-        ran_on_b = [a_ for t in final["tasks"] for a_ in t["attempts"] if a_["placed_at"] > before["created_at"]]
+        ran_on_b = [a_ for t in final["tasks"] for a_ in t["attempts"] if a_["placed_at"] > killed_at]
         assert ran_on_b and {x["node_id"] for x in ran_on_b} <= {n.node_id for n in nodes}
         status, listing, _ = b.get("/v1/jobs")
         assert status == 200 and any(j["id"] == job_id for j in listing["jobs"])

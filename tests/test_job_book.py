@@ -319,3 +319,159 @@ def test_manifest_limits_are_checked_where_a_field_check_cannot_see() -> None:
         check_manifest(parse(JobManifestV2, {**capsule, "probes": ["sgemm", "sgemm"]}))
     with pytest.raises(ValidationError, match=r"\$\.probes\[0\]"):
         parse(JobManifestV2, {**capsule, "probes": ["gpu"]})
+
+
+def test_an_expired_cancelled_attempt_frees_its_slot() -> None:
+    book = JobBook(JobsConfig())
+    cands = nodes(2)
+    seasoned(book, cands)
+    j = job(manifest(tasks=2))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    book.cancel(j.id, 1.0)
+    assert dict(book.running) == {"n0": 1, "n1": 1}  # held while the nodes may still run them
+    book.expire(100.0)
+    assert dict(book.running) == {}
+
+
+def test_a_closed_session_is_not_an_error_of_the_task() -> None:
+    """Lost attempts (sessions that closed) never fail a task: two in a row leave it waiting for a third node."""
+    book = JobBook(JobsConfig(max_attempts=2))
+    cands = nodes(3)
+    seasoned(book, cands)
+    j = job(manifest(tasks=1))
+    book.add(j, 0.0)
+    for now in (0.0, 1.0):
+        book.place(cands, lambda _: None, now)
+        book.lost(j.tasks[0].running()[0].node_id, now, "the node's session closed")
+    assert j.tasks[0].state == "running" and j.tasks[0].wanted() == 1
+
+
+def test_suspect_leaves_ended_jobs_as_they_were() -> None:
+    book = JobBook(JobsConfig())
+    cands = nodes(1)
+    seasoned(book, cands)
+    j = job(manifest(tasks=1))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    answer(book, j, "n0", "lie")
+    assert j.state == "done"
+    assert not book.suspect("n0", 1.0).tasks and j.tasks[0].stdout == b"lie" and j.state == "done"
+
+
+def test_checkers_are_drawn_whatever_the_slots_a_node_offers() -> None:
+    """A node offering 100x the slots of the others checks about its share of tasks, not all of them."""
+    cands = [*nodes(19, slots=50), Candidate("big", "10.9.9.9", True, 5000)]
+    book = JobBook(JobsConfig())
+    seasoned(book, cands)
+    j = job(manifest(tasks=300, redundancy=2, nodes=20))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    checkers = [t.attempts[1].node_id for t in j.tasks if len(t.attempts) > 1]
+    assert len(checkers) == 300 and len(set(checkers)) >= 15
+    assert 0.01 < checkers.count("big") / 300 < 0.15, checkers.count("big")
+
+
+def test_three_different_outputs_with_redundancy_one_end_in_no_majority() -> None:
+    book = JobBook(JobsConfig())
+    j = job(manifest(tasks=1))  # novices: audited
+    book.add(j, 0.0)
+    for i, out in enumerate(("a", "b", "c")):
+        out_d, _ = book.place(nodes(4), lambda _: None, float(i))
+        answer(book, j, out_d[0].attempt.node_id, out)
+    t = j.tasks[0]
+    assert t.state == "failed" and t.error == "no majority among 3 outputs" and len(t.attempts) == 3
+
+
+def test_the_pool_holds_as_many_nodes_as_the_job_asks() -> None:
+    book = JobBook(JobsConfig())
+    cands = nodes(6)
+    seasoned(book, cands)
+    j = job(manifest(tasks=10, nodes=2))
+    book.add(j, 0.0)
+    out, _ = book.place(cands, lambda _: None, 0.0)
+    assert len(j.pool) == 2 and {d.attempt.node_id for d in out} == set(j.pool)
+
+
+def test_a_retry_on_a_fresh_identity_is_audited() -> None:
+    book = JobBook(JobsConfig())
+    seasoned_node, novice = Candidate("old", "10.0.0.1", True, 1), Candidate("new", "10.0.0.2", True, 1)
+    seasoned(book, [seasoned_node])
+    j = job(manifest(tasks=1), audit=0.0)
+    book.add(j, 0.0)
+    book.place([seasoned_node], lambda _: None, 0.0)
+    assert j.tasks[0].audited is False
+    book.lost("old", 1.0, "the node's session closed")
+    book.place([seasoned_node, novice], lambda _: None, 1.0)
+    assert j.tasks[0].running()[0].node_id == "new" and j.tasks[0].audited is True
+
+
+def test_slow_nodes_rank_last_and_kinds_filter_the_candidates() -> None:
+    m = manifest().placement
+    cands = [Candidate("slow", "a", True, 1, slow=True), Candidate("fine", "b", True, 1)]
+    assert [r.candidate.node_id for r in rank(cands, m.min, None, None, "s", "x")] == ["fine", "slow"]
+    capsule = parse(JobManifestV2, {"v": 2, "kind": "capsule", "capsule": {"sha256": SHA}, "probes": ["sgemm"],
+                                    "budget_ms": 300, "tasks": [{"args": []}],
+                                    "limits": {"memory_mib": 512, "wall_ms": 1000, "output_bytes": 65536}})
+    book = JobBook(JobsConfig())
+    j = job(capsule)
+    book.add(j, 0.0)
+    assert not book.place(nodes(3), lambda _: None, 0.0)[0]  # wasi-only nodes (a join page) take none
+    both = [Candidate("srv", "c", True, 1, kinds=frozenset({"wasi", "capsule"}))]
+    assert [d.attempt.node_id for d in book.place(both, lambda _: None, 0.0)[0]] == ["srv"]
+
+
+def test_errors_beside_an_output_do_not_fail_the_task_before_max_attempts() -> None:
+    book = JobBook(JobsConfig(max_attempts=4))
+    cands = nodes(6)
+    seasoned(book, cands)
+    j = job(manifest(tasks=1, redundancy=2))
+    book.add(j, 0.0)
+    book.place(cands, lambda _: None, 0.0)
+    t = j.tasks[0]
+    first, second = t.running()
+    book.result(j, t, first, 0, hashlib.sha256(b"x").hexdigest(), None, 1.0, {}, b"x", 1.0)
+    for now in (1.0, 2.0, 3.0, 4.0):  # two nodes met an error, but one produced an output: on to max_attempts
+        a = second if now == 1.0 else t.running()[0]
+        book.result(j, t, a, None, None, "a fetch failed", 1.0, {}, b"", now)
+        assert t.state == ("running" if now < 4.0 else "failed"), (now, t.state)
+        book.place(cands, lambda _: None, now)
+
+
+def test_audit_state_is_hidden_until_the_task_is_decided() -> None:
+    from web.jobs.desk import task_json
+
+    book = JobBook(JobsConfig())
+    j = job(manifest(tasks=1))  # a novice: audited
+    book.add(j, 0.0)
+    out, _ = book.place(nodes(2), lambda _: None, 0.0)
+    assert j.tasks[0].audited is True
+    shown = task_json(j.tasks[0])
+    assert shown["audited"] is None and shown["replicas"] is None
+    answer(book, j, out[0].attempt.node_id, "x")
+    book.place(nodes(2), lambda _: None, 1.0)
+    answer(book, j, j.tasks[0].running()[0].node_id, "x")
+    assert task_json(j.tasks[0])["audited"] is True and task_json(j.tasks[0])["replicas"] == 2
+
+
+def test_a_capsule_output_must_be_its_nodes_profile_on_the_round_sent() -> None:
+    import json
+
+    from tests.samples import sample_profile
+    from web.jobs.desk import capsule_output_problem
+
+    beacon = {"relay": NodeKeyId.other(), "round": 5, "value": "ab" * 32}
+    key, profile = sample_profile(beacon=beacon)
+    body = json.dumps(profile).encode()
+    assert capsule_output_problem(body, key.node_id, beacon) is None
+    assert "another node" in (capsule_output_problem(body, NodeKeyId.other(), beacon) or "")
+    assert "beacon round" in (capsule_output_problem(body, key.node_id, {**beacon, "value": "cd" * 32}) or "")
+    assert "not a signed NodeProfile" in (capsule_output_problem(b"{}", key.node_id, beacon) or "")
+
+
+class NodeKeyId:
+    @staticmethod
+    def other() -> str:
+        from common.keys import NodeKey
+
+        return NodeKey.generate().node_id

@@ -43,7 +43,8 @@ def test_a_nested_frame_is_an_error_frame_and_the_session_goes_on(relay: RelayPr
         ws.send(DEEP_ARRAYS[:1990] + DEEP_ARRAYS[-1990:])  # 3,980 bytes: under the frame limit, 1,990 deep
         error = json.loads(ws.recv(timeout=5))
         assert error == {"type": "error", "code": "invalid_json", "detail": "the message is nested too deeply"}
-        ws.send(json.dumps({"type": "hello", "answers": []}))  # the session serves on
+        ws.send(json.dumps({"type": "hello", "answers": 5}))  # the session serves on: the next message is answered
+        assert json.loads(ws.recv(timeout=5))["code"] == "invalid_message"
     assert relay.get("/beacon")[0] == 200
 
 
