@@ -138,6 +138,8 @@ def follow(client: JobClient, job_id: str, json_out: bool) -> dict[str, Any]:
                 counts = event.get("counts") or {}
                 total = total or sum(counts.values())
                 bar.show(counts, total or 0)
+            elif not json_out and event.get("state") == "waiting":  # said on a terminal too: it may wait for ever
+                click.echo(f"\ntask {event.get('task')} waits: {event.get('reason')}", err=True)
             elif not tty and not json_out and event.get("state") in ("failed", "requeued", "disputed"):
                 click.echo(f"task {event.get('task')}: {event.get('state')}"
                            + (f" ({event.get('reason') or event.get('error')})" if event.get("reason") or

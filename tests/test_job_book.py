@@ -475,3 +475,24 @@ class NodeKeyId:
         from common.keys import NodeKey
 
         return NodeKey.generate().node_id
+
+
+def test_a_task_no_machine_can_check_says_why_it_waits() -> None:
+    """Identities of one machine (one address) cannot check each other: the audit of a novice's output waits, and
+    the task says so (an event and `waiting`), instead of running for ever in silence."""
+    book = JobBook(JobsConfig())
+    one_host = [Candidate("a", "10.0.0.1", True, 1), Candidate("b", "10.0.0.1", True, 1)]
+    j = job(manifest(tasks=1))
+    book.add(j, 0.0)
+    out, _ = book.place(one_host, lambda _: None, 0.0)
+    answer(book, j, out[0].attempt.node_id, "x")
+    assert not book.place(one_host, lambda _: None, 1.0)[0]
+    t = j.tasks[0]
+    assert t.state == "running" and t.waiting is not None and "another address" in t.waiting
+    assert [e for e in j.events if e.get("state") == "waiting"][-1]["reason"] == t.waiting
+    out, _ = book.place([*one_host, Candidate("c", "10.0.0.2", True, 1)], lambda _: None, 2.0)
+    assert [d.attempt.node_id for d in out] == ["c"] and t.waiting is None
+    nowhere = job(manifest(tasks=1, min={"memory_mb": 1}), "j2")  # no node says how much memory it has free
+    book.add(nowhere, 3.0)
+    assert not book.place(one_host, lambda _: None, 3.0)[0]
+    assert nowhere.tasks[0].waiting == "no proven node meets the job's minimums, kind and region"

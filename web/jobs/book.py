@@ -65,6 +65,7 @@ class Task:
     stdout: bytes | None = None     # the accepted output (within output_bytes)
     error: str | None = None
     outputs: dict[str, bytes] = field(default_factory=dict)  # sha256 -> stdout, until the task is decided
+    waiting: str | None = None      # why no node can take it now, when that is not just busy slots
 
     def running(self) -> list[Attempt]:
         return [a for a in self.attempts if a.state == "running"]
@@ -215,7 +216,9 @@ class JobBook:
                 while task.wanted() > 0:  # (an audit decided at the first placement asks one more)
                     chosen = self._choose(job, task, ranked, order, free, want.nodes)
                     if chosen is None:
+                        self._waiting(job, task, ranked, now)
                         break
+                    task.waiting = None
                     out.append(self._dispatch(job, task, chosen, live, now, changes))
                     free[chosen.candidate.node_id] -= 1
                     free_total -= 1
@@ -225,6 +228,23 @@ class JobBook:
                     job.pending_set.discard(index)
             job.pending.extendleft(reversed(kept))
         return out, changes
+
+    def _waiting(self, job: Job, task: Task, ranked: list[Ranked], now: float) -> None:
+        """Says (once, as an event and in the task) why no node can take the task, when more slots would not
+        help: a network of one machine cannot check itself, and a job whose minimums no node meets waits."""
+        used_nodes = {a.node_id for a in task.attempts}
+        used_addresses = {a.address for a in task.attempts if a.state == "running" or a.output is not None}
+        why = None
+        if not ranked:
+            why = "no proven node meets the job's minimums, kind and region"
+        elif not any(r.candidate.node_id not in used_nodes and r.candidate.address not in used_addresses
+                     for r in ranked):
+            why = ("no eligible node at another address to check it (replicas and audits need other machines)"
+                   if used_addresses else "every eligible node has run this task already")
+        if why != task.waiting:
+            task.waiting = why
+            if why is not None:
+                self._event(job, "task", {"task": task.index, "state": "waiting", "reason": why}, now)
 
     def _want(self, job: Job, task: Task, first: bool = True) -> None:
         """`task` may want an attempt: the next placement looks at it (first: before the job's other tasks)."""

@@ -363,6 +363,7 @@ def task_json(t: Task) -> dict[str, Any]:
             "node_id": next((a.node_id for a in t.attempts if a.verdict in ("agreed", "unchecked")), None),
             "exit_code": t.exit_code, "output_sha256": t.output_sha256, "stdout": _text(t.stdout),
             "stdout_base64": None if t.stdout is None else base64.b64encode(t.stdout).decode(), "error": t.error,
+            "waiting": t.waiting,
             "audited": t.audited if decided else None, "replicas": t.replicas if decided else None,
             "attempts": [a.to_json() for a in t.attempts]}
 
