@@ -189,7 +189,8 @@ class JobDesk:
             verify_record("TaskReceipt", receipt)
         except (ValidationError, SignatureError) as exc:
             raise ResultError("invalid_receipt", str(exc)) from None
-        assert isinstance(receipt, dict)  # verify_record parsed it as an object
+        if not isinstance(receipt, dict):  # (verify_record parsed it as an object; said, not asserted)
+            raise ResultError("invalid_receipt", "a receipt is an object")
         if receipt["node_id"] != node_id:
             raise ResultError("invalid_receipt", "the receipt is signed by another node than this session's")
         found = self.book.attempt_of(receipt["job_id"], receipt["task"], receipt["attempt"], node_id)
