@@ -170,3 +170,9 @@ class TaskReceipt:
     wall_ms: float = spec(minimum=0, maximum=1e9, unit="ms")
     finished_at: int = spec(minimum=0, maximum=MAX_TIME, unit="unix seconds")
     sig: str = spec(pattern=B64URL_SIG)
+
+
+def blob_shas(m: JobManifestV2) -> list[str]:
+    """The blobs a job names, each once: its module and its tasks' stdin."""
+    shas = [*([m.module.sha256] if m.module else []), *(t.stdin_sha256 for t in m.tasks if t.stdin_sha256)]
+    return list(dict.fromkeys(shas))

@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from capsule.peerid import PeerIdError, public_key_from_peer_id
+from web.api.bodies import read_body
 from web.api.openapi import document
 from web.api.problems import Problem
 from web.api.static import IsolationHeaders
@@ -37,20 +38,6 @@ from web.sessions.live_endpoint import live
 
 log = logging.getLogger("ce.relay")
 WEB_BUNDLE = Path(__file__).resolve().parents[2] / "build" / "web"
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing past `limit` bytes without reading the rest."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise Problem(413, "body_too_large", "the body is too large", f"{declared} bytes; at most {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Problem(413, "body_too_large", "the body is too large", f"more than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def relay_of(request: Request) -> Relay:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsule.job_records import JobManifestV2
+from capsule.job_records import JobManifestV2, blob_shas
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
 from web.jobs.book import TERMINAL, Changes, Dispatch, Job, JobBook, Task
@@ -69,7 +69,6 @@ class JobDesk:
         self._wake = asyncio.Event()
         self._followers: dict[str, Followers] = {}
         self._background: set[asyncio.Task[None]] = set()
-        self.accepted = 0                         # results taken (metrics)
         self.verdicts: dict[str, int] = {"agreed": 0, "wrong": 0}  # checked outputs, since the relay started
         self.pace = Pace()  # delivered work against proven speed (web/jobs/pace.py)
         self.mirror: JobMirror | None = None  # the cluster's copy of the jobs (web/jobs/cluster_jobs.py), with --nats
@@ -129,9 +128,8 @@ class JobDesk:
 
     def blobs_of(self, job: Job, uploaded: dict[str, bytes]) -> dict[str, bytes]:
         """Every blob the job names (uploaded now or held here)."""
-        m = job.manifest
-        shas = [*([m.module.sha256] if m.module else []), *(t.stdin_sha256 for t in m.tasks if t.stdin_sha256)]
-        return {sha: uploaded[sha] if sha in uploaded else (self.store.blob(sha) or b"") for sha in dict.fromkeys(shas)}
+        return {sha: uploaded[sha] if sha in uploaded else (self.store.blob(sha) or b"")
+                for sha in blob_shas(job.manifest)}
 
     async def adopt_loop(self) -> None:
         """Carries on the jobs of relays of the cluster that are gone (web/jobs/cluster_jobs.py)."""
@@ -142,10 +140,7 @@ class JobDesk:
             await asyncio.sleep(ADOPT_INTERVAL_S)
             try:
                 for job in await mirror.orphans(lambda job_id: job_id in self.book.jobs):
-                    m = job.manifest
-                    shas = [*([m.module.sha256] if m.module else []), *(t.stdin_sha256 for t in m.tasks
-                                                                         if t.stdin_sha256)]
-                    blobs = await mirror.blobs([s for s in dict.fromkeys(shas) if not self.store.has_blob(s)])
+                    blobs = await mirror.blobs([s for s in blob_shas(job.manifest) if not self.store.has_blob(s)])
                     if self.store.load_job(job.id) is None:
                         self.store.add_job(job, blobs)
                     self.store.save([job], [(job, t) for t in job.tasks],
@@ -224,7 +219,6 @@ class JobDesk:
         out_sha = receipt["output_sha256"] if error is None else None
         changes = self.book.result(job, task, attempt, receipt["exit_code"] if error is None else None, out_sha,
                                    error, float(receipt["wall_ms"]), receipt, stdout, time.time())
-        self.accepted += 1
         self._after(changes)
         if task.state == "done" and changes.verdicts:  # replicas agreed: their pace is comparable
             runs = []

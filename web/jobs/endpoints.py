@@ -17,10 +17,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from capsule.job_records import JobManifestV2, check_manifest
+from capsule.job_records import JobManifestV2, blob_shas, check_manifest
 from capsule.peerid import PeerIdError
 from capsule.signing import SignatureError, verify_record
 from capsule.typed import ValidationError
+from web.api.bodies import read_body
+from web.api.ingest import parse_json
 from web.api.problems import Problem
 from web.jobs.book import TERMINAL, Job
 from web.jobs.desk import JobDesk, ResultError, job_json
@@ -35,21 +37,7 @@ def desk_of(request: Request) -> JobDesk:
 
 
 async def _body(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise Problem(413, "body_too_large", "the body is too large", f"{declared} bytes; at most {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Problem(413, "body_too_large", "the body is too large", f"more than {limit} bytes")
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Problem(400, "invalid_json", "the body is not JSON", str(exc)) from None
-    except RecursionError:
-        raise Problem(400, "invalid_json", "the body is nested too deeply") from None
+    return parse_json(await read_body(request, limit))
 
 
 def _signed(kind: str, data: Any, now: float) -> Any:
@@ -156,7 +144,7 @@ def _capsule_job(manifest: JobManifestV2) -> None:
 def _wasi_job(desk: JobDesk, manifest: JobManifestV2, blobs: dict[str, bytes]) -> None:
     if manifest.module is None:
         raise Problem(422, "invalid_field", "a wasi job names its module", field="$.request.manifest.module")
-    wanted = [manifest.module.sha256, *(t.stdin_sha256 for t in manifest.tasks if t.stdin_sha256)]
+    wanted = blob_shas(manifest)
     unnamed = set(blobs) - set(wanted)
     if unnamed:  # stored and served for ever otherwise: only what the job runs is kept
         raise Problem(422, "unexpected_blob", "a blob the job does not name was sent", sorted(unnamed)[0],

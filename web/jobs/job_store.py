@@ -4,6 +4,7 @@ process; synchronous=NORMAL risks only the last transactions of an OS crash). Bl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from pathlib import Path
@@ -121,8 +122,6 @@ class JobStore:
     def _job(self, row: tuple[Any, ...]) -> Job:
         job_id, submitter, request, created_at, seed, secret, audit_share, state, finished_at, pool = row
         body = json.loads(request)
-        import hashlib
-
         job = Job(job_id, submitter, parse(JobManifestV2, body["manifest"]), body, created_at, seed,
                   hashlib.sha256(bytes.fromhex(secret)).hexdigest(), secret, audit_share, state,
                   finished_at=finished_at, pool=json.loads(pool))
