@@ -152,7 +152,8 @@ class Reactor:
         for name in (
             "_initialize", "ce_alloc", "ce_free", "ce_run", "ce_result_ptr", "ce_result_len", "ce_sgemm",
             "ce_sgemm_release", "ce_stream_copy", "ce_stream_scale", "ce_stream_add", "ce_stream_triad",
-            "ce_llm_new", "ce_llm_free", "ce_llm_forward", "ce_llm_logits", "ce_challenge_sgemm", "ce_challenge_begin",
+            "ce_llm_new", "ce_llm_free", "ce_llm_forward", "ce_llm_logits", "ce_llm_draw_rank", "ce_llm_token_at_rank",
+            "ce_challenge_sgemm", "ce_challenge_begin",
             "ce_challenge_leaf_form",
             "ce_challenge_next", "ce_challenge_commit",
             "ce_challenge_root", "ce_challenge_row", "ce_challenge_proof", "ce_challenge_release", "ce_llm_challenge",

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 
+enum { BUCKETS = 4096 }; /* ce_llm_token_at_rank's slices of the logits' range */
 enum { D = CE_LLM_DIM, H = CE_LLM_HIDDEN, L = CE_LLM_LAYERS, NH = CE_LLM_HEADS, HS = CE_LLM_HEAD_SIZE,
        V = CE_LLM_VOCAB, S = CE_LLM_SEQ_LEN };
 
@@ -30,6 +31,8 @@ struct ce_llm {
     float *rope_cos, *rope_sin; /* S x HS/2 */
     float x[D], xb[D], xb2[D], q[D], hb[H], hb2[H], att[S];
     float *logits;     /* V */
+    uint64_t *order;   /* order keys of one bucket's logits, scratch for ce_llm_token_at_rank */
+    int rank_count[BUCKETS];
 };
 
 long ce_llm_param_count(void) {
@@ -60,7 +63,8 @@ ce_llm *ce_llm_new(uint64_t seed) {
     m->rope_cos = malloc(sizeof(float) * S * (HS / 2));
     m->rope_sin = malloc(sizeof(float) * S * (HS / 2));
     m->logits = malloc(sizeof(float) * V);
-    if (!m->arena || !m->key_cache || !m->value_cache || !m->rope_cos || !m->rope_sin || !m->logits) {
+    m->order = malloc(sizeof(uint64_t) * V);
+    if (!m->arena || !m->key_cache || !m->value_cache || !m->rope_cos || !m->rope_sin || !m->logits || !m->order) {
         ce_llm_free(m);
         return NULL;
     }
@@ -102,6 +106,7 @@ void ce_llm_free(ce_llm *m) {
     free(m->rope_cos);
     free(m->rope_sin);
     free(m->logits);
+    free(m->order);
     free(m);
 }
 
@@ -230,4 +235,75 @@ int ce_llm_forward(ce_llm *m, int token, int pos) {
     for (int i = 1; i < V; ++i)
         if (m->logits[i] > m->logits[best]) best = i;
     return best;
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int ce_llm_draw_rank(uint64_t seed, int seq, int step) {
+    uint64_t z = mix64(seed ^ 0x72616e6b2d736d70ULL); /* "rank-smp" */
+    z = mix64(z + 0x9e3779b97f4a7c15ULL * (uint64_t)(uint32_t)seq);
+    z = mix64(z + 0xd1b54a32d192ed03ULL * (uint64_t)(uint32_t)step);
+    return CE_LLM_RANK_FLOOR + (int)(z % (uint64_t)(V - CE_LLM_RANK_FLOOR));
+}
+
+/* A key whose ascending order is the rank order: the logit's bits made to sort as unsigned integers, inverted
+ * (highest logit first), above the token id (equal logits: lower id first). */
+static uint64_t order_key(float logit, int id) {
+    union { float f; uint32_t u; } v = {logit};
+    uint32_t ascending = (v.u & 0x80000000u) ? ~v.u : (v.u | 0x80000000u);
+    return (uint64_t)(~ascending) << 32 | (uint32_t)id;
+}
+
+static void swap_keys(uint64_t *k, int a, int b) {
+    uint64_t t = k[a];
+    k[a] = k[b];
+    k[b] = t;
+}
+
+
+/* Which of BUCKETS equal slices of [lo, hi] a logit falls in: monotone in the logit (float subtraction and
+ * multiplication round monotonically), so a higher bucket never holds a lower logit. */
+static int bucket_of(float logit, float lo, float scale) {
+    int b = (int)((logit - lo) * scale);
+    return b < 0 ? 0 : b >= BUCKETS ? BUCKETS - 1 : b;
+}
+
+int ce_llm_token_at_rank(ce_llm *m, int rank) {
+    if (!m || rank < 0 || rank >= V) return -1;
+    const float *l = m->logits;
+    float lo = l[0], hi = l[0];
+    for (int i = 1; i < V; ++i) {
+        lo = l[i] < lo ? l[i] : lo;
+        hi = l[i] > hi ? l[i] : hi;
+    }
+    /* The bucket holding the rank, counted from the top; then only its few tokens are ordered exactly. */
+    float scale = hi > lo ? (float)BUCKETS / (hi - lo) : 0.0f;
+    int *count = m->rank_count;
+    for (int b = 0; b < BUCKETS; ++b) count[b] = 0;
+    for (int i = 0; i < V; ++i) count[bucket_of(l[i], lo, scale)] += 1;
+    int bucket = BUCKETS - 1, above = 0;
+    while (above + count[bucket] <= rank) above += count[bucket--];
+    uint64_t *k = m->order;
+    int n = 0;
+    for (int i = 0; i < V; ++i)
+        if (bucket_of(l[i], lo, scale) == bucket) k[n++] = order_key(l[i], i);
+    int want = rank - above, left = 0, right = n - 1;
+    while (left < right) { /* quickselect; keys are distinct (the id is in them), so any pivot rule agrees */
+        int mid = left + (right - left) / 2;
+        if (k[mid] < k[left]) swap_keys(k, left, mid);
+        if (k[right] < k[left]) swap_keys(k, left, right);
+        if (k[mid] < k[right]) swap_keys(k, mid, right); /* the median of three now at right */
+        uint64_t pivot = k[right];
+        int store = left;
+        for (int i = left; i < right; ++i)
+            if (k[i] < pivot) swap_keys(k, i, store++);
+        swap_keys(k, store, right);
+        if (want == store) break;
+        if (want < store) right = store - 1; else left = store + 1;
+    }
+    return (int)(uint32_t)k[want];
 }

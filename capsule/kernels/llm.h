@@ -36,4 +36,18 @@ int ce_llm_prefill(ce_llm *m, int token, int pos);
 /* The logits of the last forward pass (CE_LLM_VOCAB floats). */
 const float *ce_llm_logits(const ce_llm *m);
 
+/* Seeded rank sampling (docs/protocol.md, "A checked token nobody can guess"): the next token is the one at a
+ * rank drawn from the seed in the last pass's logits, ordered by logit (highest first; equal logits by lower
+ * id), the rank uniform over [CE_LLM_RANK_FLOOR, CE_LLM_VOCAB). Greedy decoding (rank 0) let a cheater guess:
+ * this model often repeats its last token. A rank in the dense middle of 32,000 logits is known only from the
+ * exact logits of that step (adjacent logits differ by ~1e-4 there), so a token not computed is right about 1
+ * in 31,744; the top ranks, where a cheaper approximate model could find the order, are never drawn. */
+enum { CE_LLM_RANK_FLOOR = 256 };
+/* The rank drawn for step `step` of sequence `seq` of this seed. */
+int ce_llm_draw_rank(uint64_t seed, int seq, int step);
+/* The token at `rank` in the last pass's logits; -1 on a bad argument. Linear time (the logits counted into
+ * 4,096 slices of their range, then a quickselect among the ~10 of the rank's slice): ~0.1 ms in wasmtime
+ * here, ~3% of a forward pass. */
+int ce_llm_token_at_rank(ce_llm *m, int rank);
+
 #endif

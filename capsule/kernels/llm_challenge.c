@@ -44,8 +44,8 @@ int ce_llmc_next(void) {
     if (!st.begun || !st.model) return -1;
     int r = st.made / CE_LLMC_PER_SEQ, m = st.made % CE_LLMC_PER_SEQ;
     int input = m == 0 ? prefill_prompt(st.seed, r) : st.prev;
-    int token = ce_llm_forward(st.model, input, CE_LLMC_PROMPT - 1 + m);
-    if (token < 0) return -1;
+    if (ce_llm_forward(st.model, input, CE_LLMC_PROMPT - 1 + m) < 0) return -1;
+    int token = ce_llm_token_at_rank(st.model, ce_llm_draw_rank(st.seed, r, m));
     st.prev = token;
     st.made += 1;
     return token;
@@ -64,7 +64,8 @@ int ce_llmc_expected(uint64_t seed, const int32_t *tokens, int j) {
         ce_llm_prefill(st.model, input, CE_LLMC_PROMPT - 1 + i);
         input = seq[i];
     }
-    return ce_llm_forward(st.model, input, CE_LLMC_PROMPT - 1 + m);
+    if (ce_llm_forward(st.model, input, CE_LLMC_PROMPT - 1 + m) < 0) return -1;
+    return ce_llm_token_at_rank(st.model, ce_llm_draw_rank(seed, r, m));
 }
 
 void ce_llmc_release(void) {

@@ -7,14 +7,15 @@
  *
  * The model is one fixed set of weights (CE_LLMC_WEIGHTS): a node keeps it loaded between challenges, so
  * its answer's time is decode, not weight generation (147 ms in wasmtime, ~20 forward passes). The seed
- * names the prompts: sequence r's 32 prompt tokens come from it, and the node decodes greedily from each
- * prompt for up to CE_LLMC_PER_SEQ tokens, then starts sequence r + 1. Token j is the greedy output of
- * sequence j / CE_LLMC_PER_SEQ at step j % CE_LLMC_PER_SEQ.
+ * names the prompts: sequence r's 32 prompt tokens come from it, and the node decodes from each prompt for up
+ * to CE_LLMC_PER_SEQ tokens, then starts sequence r + 1. Token j is step j % CE_LLMC_PER_SEQ of sequence
+ * j / CE_LLMC_PER_SEQ: the token at the rank ce_llm_draw_rank(seed, sequence, step) draws in that step's
+ * logits (llm.h, seeded rank sampling: no token is predictable without its step's exact logits).
  *
  * The node sends the tokens themselves; the relay checks one token drawn after they arrived
  * (ce_llmc_expected): the prefill of its sequence up to that step, without the classifier, and one full pass.
- * A token guessed instead of computed is caught with the chance of being drawn, so an answer counts, in
- * expectation, no more than the work it holds (docs/protocol.md). */
+ * A token guessed instead of computed is caught with the chance of being drawn (a guess is right about 1 in
+ * 31,744), so an answer counts, in expectation, the work it holds (docs/protocol.md). */
 
 enum { CE_LLMC_PROMPT = 32, CE_LLMC_PER_SEQ = 224 };
 #define CE_LLMC_WEIGHTS 0x63652d6c6c6d2d31ULL /* "ce-llm-1" */

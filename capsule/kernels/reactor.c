@@ -97,6 +97,10 @@ EXPORT("ce_llm_new") ce_llm *x_llm_new(uint32_t seed_lo, uint32_t seed_hi) {
 EXPORT("ce_llm_free") void x_llm_free(ce_llm *m) { ce_llm_free(m); }
 EXPORT("ce_llm_forward") int x_llm_forward(ce_llm *m, int token, int pos) { return ce_llm_forward(m, token, pos); }
 EXPORT("ce_llm_logits") const float *x_llm_logits(const ce_llm *m) { return ce_llm_logits(m); }
+EXPORT("ce_llm_draw_rank") int x_llm_draw_rank(uint32_t seed_lo, uint32_t seed_hi, int seq, int step) {
+    return ce_llm_draw_rank((uint64_t)seed_hi << 32 | seed_lo, seq, step);
+}
+EXPORT("ce_llm_token_at_rank") int x_llm_token_at_rank(ce_llm *m, int rank) { return ce_llm_token_at_rank(m, rank); }
 
 /* A relay's challenge (challenge.c): compute and commit, then open rows on request. */
 EXPORT("ce_challenge_sgemm") int x_challenge_sgemm(uint32_t seed_lo, uint32_t seed_hi, int n, int reps) {
