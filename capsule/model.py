@@ -90,7 +90,15 @@ class Storage:
 @dataclass(frozen=True)
 class Llm:
     ref_model: str = spec(max_length=64)
-    tokens_per_sec: float | None = spec(minimum=0, unit="tokens/s", description="greedy decode, batch 1 (tg128)")
+    tokens_per_sec: float | None = spec(
+        minimum=0, unit="tokens/s",
+        description="aggregate decode throughput: `streams` decode streams at once, each tg128 with seeded rank "
+                    "sampling, summed")
+    streams: int | None = spec(minimum=1, maximum=256, default=None, unit="streams",
+                               description="decode streams behind tokens_per_sec (absent: 1)")
+    tokens_per_sec_one_stream: float | None = spec(
+        minimum=0, default=None, unit="tokens/s",
+        description="one stream decoding alone: the latency figure (1 / time per token)")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ def build_profile(
         "memory": {"total_mb": memory["total_mb"], "available_mb": memory["available_mb"]},
         "storage": {"total_gb": storage_total_gb, "free_gb": storage_free_gb,
                     "read_mbps": _round(figures.read_mbps, 1), "write_mbps": _round(figures.write_mbps, 1)},
-        "llm": {"ref_model": ref_model, "tokens_per_sec": _round(figures.tokens_per_sec, 2)},
+        "llm": {"ref_model": ref_model, "tokens_per_sec": _round(figures.tokens_per_sec, 2),
+                "streams": figures.llm_streams,
+                "tokens_per_sec_one_stream": _round(figures.tokens_per_sec_one_stream, 2)},
         "runtime": dict(runtime),
         "evidence": {**figures.evidence, **(evidence_extra or {})},
     }

@@ -83,6 +83,17 @@ ROLL_CALL_TARGET_S = 1.0         # roll_call_target_s: the work is sized for thi
 CORE_FLOOR_GFLOPS = 2.0          # core_floor_gflops: no instance is given less work than this per second
 
 
+def llm_streams(profile: dict[str, Any]) -> int:
+    """The decode streams a relay's reference-model challenge to this profile asks for (its claim's streams:
+    web/proof/challenges.py new_llm_challenge), so the session warms that many models; 0 without a tokens/s
+    claim."""
+    llm = profile.get("llm") or {}
+    if not llm.get("tokens_per_sec"):
+        return 0
+    streams = llm.get("streams")
+    return min(streams, CHALLENGE_MAX_INSTANCES) if type(streams) is int and streams > 0 else 1
+
+
 def challenge_shape(profile: dict[str, Any]) -> tuple[int, int, int] | None:
     """(instances, SGEMM order, products per instance) of a relay's roll-call challenge to this profile, sized
     as web/proof/challenges.py new_challenge sizes it from the same evidence (web/api/summary.py), so the session can
@@ -199,7 +210,7 @@ class Agent:
             self.session = LiveSession(self.relay, self.key, reactor_wasm=reactor if reactor.exists() else None,
                                        say=self.say, gpu=gpu, peer_probes=self.config.peer_probes,
                                        warm=challenge_shape(result.profile),
-                                       warm_llm=bool((result.profile.get("llm") or {}).get("tokens_per_sec")),
+                                       warm_llm=llm_streams(result.profile),
                                        libp2p=self.libp2p, job_slots=self.config.job_slots,
                                        connect_options={"source_address": (self.config.source_address, 0)}
                                        if self.config.source_address else None).start()

@@ -133,7 +133,38 @@ class SgemmAnswer:
 
 def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None,
                halt: threading.Event | None = None) -> list[int]:
-    """A reference-model challenge on the session's first pooled reactor: the token ids it commits to, as
+    """A one-stream reference-model challenge on the session's first pooled reactor (decode_stream)."""
+    return decode_stream(pool.get(1)[0], seed, decode, stop_at, halt)
+
+
+def llm_streams_answer(pool: ReactorPool, seeds: list[int], decode: int, stop_at: float | None,
+                       halt: threading.Event | None = None) -> list[list[int]]:
+    """A challenge of several streams (the claim is aggregate decode throughput): stream i on pooled reactor i,
+    all at once on threads of their own (wasmtime-py releases the GIL inside wasm), each stopped by the same
+    `stop_at`; one list of token ids per seed."""
+    reactors = pool.get(len(seeds))
+    out: list[list[int]] = [[] for _ in seeds]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            out[i] = decode_stream(reactors[i], seeds[i], decode, stop_at, halt)
+        except BaseException as exc:  # raised below, never lost in a thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"llm-stream-{i}") for i in range(len(seeds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def decode_stream(reactor: Reactor, seed: int, decode: int, stop_at: float | None,
+                  halt: threading.Event | None = None) -> list[int]:
+    """A reference-model challenge's stream of this seed on one reactor: the token ids it commits to, as
     ce_llmc_begin(seed) then ce_llmc_next() give them (the relay recomputes any of them: ce_llmc_expected).
     All `decode` tokens, or with `stop_at` (a time.perf_counter() moment: the roll call's deadline as the
     relay's `stop_after_s` places it on this clock) those that end before it, as SgemmAnswer.commit does with
@@ -146,7 +177,6 @@ def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None,
     the one in progress (the relay withdrew the challenge)."""
     if decode < 1:
         raise ValueError(f"a reference-model challenge decodes at least one token, not {decode}")
-    reactor = pool.get(1)[0]
     reactor.llm_begin(seed)
     tokens: list[int] = []
     start_s = 0.0                # the last sequence start's time
@@ -167,8 +197,9 @@ def llm_answer(pool: ReactorPool, seed: int, decode: int, stop_at: float | None,
     return tokens
 
 
-def warm_llm(pool: ReactorPool) -> None:
-    """Makes the reference model on the reactor llm_answer uses (the capsule keeps it between challenges), so
+def warm_llm(pool: ReactorPool, streams: int = 1) -> None:
+    """Makes the reference model on the reactors the answers use (the capsule keeps it between challenges), so
     the first timed challenge holds decoding only, not the weights' generation (15-150 ms by machine, up to
     ~20 forward passes: a node's first reference-model answer would observe fewer tokens/s than its next)."""
-    pool.get(1)[0].llm_begin(0)
+    for reactor in pool.get(max(1, streams)):
+        reactor.llm_begin(0)

@@ -166,3 +166,10 @@ def measure_whole_cpu(wasm: Path, seed_hex: str, order: Sequence[str], reported:
     run = whole_cpu_run(wasm, seed_hex, order, chosen, budget_ms // 2, sgemm_n, stream_mib, guard)
     return WholeCpu(run, [{"instances": k, "gflops_fp32": None if r is None else round(r, 3)} for k, r in curve],
                     chosen, {**sizing, "array_mib": stream_mib})
+
+
+def llm_streams_run(wasm: Path, seed_hex: str, streams: int, budget_ms: int) -> ConcurrentRun:
+    """The reference model's decode on `streams` instances at once (tg128 each, instance i on its own seed:
+    its own prompt), for aggregate decode throughput (capsule/aggregate.py llm_streams)."""
+    return run_concurrent(wasm, lambda i: ["--probes", "llm", "--seed", instance_seed(seed_hex, i),
+                                           "--budget-ms", str(budget_ms), "--soft-budget"], streams)

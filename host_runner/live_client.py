@@ -25,7 +25,7 @@ from capsule.challenge import LLM_MAX_TOKENS
 from capsule.cpu_challenge import leaf_form_offered
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
-from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer, warm_llm
+from host_runner.challenge_answer import ReactorPool, SgemmAnswer, llm_answer, llm_streams_answer, warm_llm
 from host_runner.wasm import CapsuleError
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 AnswerFactory = Callable[[Path, list[int], int, int, ReactorPool], SgemmAnswer]
 # (pool, seed, decode, stop_at, halt) -> tokens
+LLM_MAX_STREAMS = 256  # the most decode streams a profile names (capsule/model.py Llm.streams)
 LlmAnswer = Callable[[ReactorPool, int, int, float | None, threading.Event | None], list[int]]
 GpuAnswerFactory = Callable[[list[int], int, int, "GpuContext"], "GpuAnswer"]
 
@@ -76,7 +77,7 @@ class LiveSession:
                  pong_delay_s: float = 0.0, say: Callable[[str], None] | None = None,
                  gpu: GpuContext | None = None, gpu_answer_factory: GpuAnswerFactory = _gpu_answer,
                  peer_probes: bool = False, warm: tuple[int, int, int] | None = None,
-                 warm_llm: bool = False, libp2p: Any = None, job_slots: int = 0,
+                 warm_llm: int = 0, libp2p: Any = None, job_slots: int = 0,
                  task_tamper: Any = None) -> None:
         # this node's libp2p host (common/libp2p_host.py): its multiaddrs are announced after the first heartbeat,
         # and brokered probes with another server go over libp2p ping
@@ -189,7 +190,7 @@ class LiveSession:
         if self._pool is not None and self.warm_llm:
             try:
                 with self._reactor_lock:
-                    warm_llm(self._pool)
+                    warm_llm(self._pool, int(self.warm_llm))
             except (CapsuleError, OSError) as exc:  # a challenge will say the same; the session goes on
                 self.errors.append({"type": "error", "code": "warm", "detail": str(exc)})
         failures = 0  # connection attempts in a row that did not hold a session for RECONNECT_STABLE_S
@@ -336,14 +337,15 @@ class LiveSession:
             stop_after_s = message.get("stop_after_s")
             # strict types: int("12") or a float decode would answer a challenge the relay did not send, and
             # an unbounded decode would hold the reactors for as long as the relay likes
-            if (not isinstance(seeds, list) or not seeds or not isinstance(seeds[0], str) or not isinstance(cid, str)
+            if (not isinstance(seeds, list) or not 1 <= len(seeds) <= LLM_MAX_STREAMS
+                    or not all(isinstance(s, str) for s in seeds) or not isinstance(cid, str)
                     or type(decode) is not int or not 1 <= decode <= LLM_MAX_TOKENS
                     or (stop_after_s is not None and (type(stop_after_s) not in (int, float)
                                                       or not 0 <= stop_after_s < float("inf")))):
                 raise ValueError("malformed reference-model challenge")
-            seed = int(seeds[0], 16)
-            if not 0 <= seed < 2**64:
-                raise ValueError("the seed is not a u64")
+            seeds_u64 = [int(s, 16) for s in seeds]
+            if not all(0 <= s < 2**64 for s in seeds_u64):
+                raise ValueError("a seed is not a u64")
             stop_at = None if stop_after_s is None else arrived + float(stop_after_s)
         except (KeyError, TypeError, ValueError):
             self.errors.append({"type": "error", "code": "bad_challenge", "detail": str(message)[:200]})
@@ -355,7 +357,10 @@ class LiveSession:
         def work() -> None:
             try:
                 with self._at_work(), self._reactor_lock:
-                    tokens = self.llm(pool, seed, decode, stop_at, halt)
+                    # one stream: a flat list (the form every relay takes); several: one list per seed
+                    tokens: list[int] | list[list[int]] = (
+                        self.llm(pool, seeds_u64[0], decode, stop_at, halt) if len(seeds_u64) == 1
+                        else llm_streams_answer(pool, seeds_u64, decode, stop_at, halt))
             except (CapsuleError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return

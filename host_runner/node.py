@@ -22,7 +22,7 @@ from capsule.signing import sign
 from capsule.typed import parse
 from common.keys import NodeKey
 from host_runner import facts as facts_mod
-from host_runner.cpu import measure_whole_cpu
+from host_runner.cpu import llm_streams_run, measure_whole_cpu
 from host_runner.gpu import probe_all
 from host_runner.step_guard import AnswerWatch, StepGuard
 from host_runner.wasm import CapsuleError, run_command
@@ -88,6 +88,15 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
                                                             "--budget-ms", budget, "--soft-budget"],
                                              scratch=Path(scratch)).probe_report("the solo capsule run"))
     timings["solo_s"] = time.perf_counter() - t
+    streams = None
+    if whole.instances > 1:
+        # tokens/s is aggregate decode throughput: as many streams at once as SGEMM instances paid (each its
+        # own prompt); capsule/aggregate.py keeps their sum only if it pays over one stream alone
+        step(f"reference model: {whole.instances} decode streams at once", opts.phase_budget_ms / 1000 * 1.2)
+        t = time.perf_counter()
+        streams = guard.run(lambda: llm_streams_run(opts.capsule, plan.seed_hex, whole.instances,
+                                                    opts.phase_budget_ms)).reports
+        timings["llm_streams_s"] = time.perf_counter() - t
     gpus: list[dict[str, Any]] = []
     notes: list[str] = []
     gpu_evidence: list[dict[str, Any]] = []
@@ -100,7 +109,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         timings["gpu_s"] = time.perf_counter() - t
     else:
         notes = ["GPU probes disabled (--no-gpu)"]
-    figures = aggregate(conc.reports, solo, whole.curve)
+    figures = aggregate(conc.reports, solo, whole.curve, streams)
     figures.evidence["cpu"]["reported_cores"] = {"value": reported, "source": "--instances" if opts.instances
                                                  else "psutil.cpu_count(logical=False)", "trusted": False,
                                                  "note": "cpu.cores is the instance count the measurement chose"}
@@ -130,6 +139,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
                 "solo_phase_s": round(timings["solo_s"], 3),
                 "solo_capsule_wall_s": round((solo.wall_ms or 0.0) / 1000, 3),
                 "gpu_s": round(timings.get("gpu_s", 0.0), 3),
+                "llm_streams_s": round(timings.get("llm_streams_s", 0.0), 3),
             },
         },
     )

@@ -80,8 +80,12 @@ def results_table(profile: dict[str, Any]) -> Table:
     table.add_row("storage read", _fmt(storage["read_mbps"], 0), "MB/s",
                   ev["storage"].get("null_reason") or "may be served by the page cache (upper bound)")
     table.add_row("storage", f"{storage['total_gb']} total / {storage['free_gb']} free", "GB", "psutil")
+    streams = llm.get("streams") or 1
     table.add_row(f"LLM {llm['ref_model']}", _fmt(llm["tokens_per_sec"], 1), "tokens/s",
-                  ev["llm"].get("null_reason") or "batch-1 decode of one instance alone (tg128)")
+                  ev["llm"].get("null_reason") or f"aggregate: {streams} decode stream(s) at once (tg128 each)")
+    if llm.get("tokens_per_sec_one_stream") is not None:
+        table.add_row("  one stream", _fmt(llm["tokens_per_sec_one_stream"], 1), "tokens/s",
+                      "one stream decoding alone (latency: 1 / time per token)")
     for gpu, gev in zip(profile["gpus"], ev.get("gpus", []), strict=False):
         table.add_row(f"GPU {gpu['model']}", f"fp32 {_fmt(gpu['fp32_tflops'], 4)} / fp16 {_fmt(gpu['fp16_tflops'], 4)}",
                       "TFLOP/s", f"{gpu['backend']}, WGSL matmul n={gev['fp32_matmul'].get('n')}, checked vs numpy")

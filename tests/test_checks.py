@@ -85,13 +85,14 @@ def test_an_honest_node_always_passes() -> None:
 def test_the_published_odds_are_the_documented_numbers() -> None:
     """The README's protocol table: 2 rows per instance, 64 entries per row; skipping 1%, 10%, 50% of one
     instance's rows passes with 0.9801, 0.81, 0.25; an llm answer that guessed 1%, 50% of its tokens passes
-    with 0.99, 0.5 (one token of every answer checked); a flag holds 24 h."""
+    with 0.99, 0.5 (one token of every answer checked; a guess right 1 in 31,744 adds that share of the
+    guesses); a flag holds 24 h."""
     table = odds(RelayConfig())
     sgemm = table["checks"]["sgemm"]
     assert sgemm["rows_opened_per_instance"] == 2 and sgemm["entries_recomputed_per_row"] == 64
     assert sgemm["pass_chance_one_instance"] == pytest.approx({"0.01": 0.9801, "0.1": 0.81, "0.5": 0.25})
     llm = table["checks"]["llm"]["pass_chance_one_answer"]
-    assert llm["0.01"] == pytest.approx(0.99) and llm["0.5"] == pytest.approx(0.5)
+    assert llm["0.01"] == pytest.approx(0.99 + 0.01 / 31744) and llm["0.5"] == pytest.approx(0.5 + 0.5 / 31744)
     assert table["flag"] == {"hold_s": 24 * 3600.0, "passes_to_verify": 2}
     # the relay's check is a tiny share of what it checks: 2 rows x 64 entries of n = 1024 over 16 products
     assert sgemm["relay_cost_share_n1024"]["products_per_instance_16"] == pytest.approx(2 * 64 / (16 * 1024**2))
@@ -117,8 +118,12 @@ def test_the_table_has_the_documented_fields_and_values() -> None:
                    "links": {"catches": None, "pass_chance_one_answer": fractions, "why_null": None},
                    "llm": {"catches": None, "checked_tokens_per_answer": None, "checked_answers_share": None,
                            "pass_chance_one_answer": fractions, "pass_chance_rule": None,
+                           "guess_right_chance": None, "guess_right_rule": None,
+                           "counted_per_decoded_of_a_guesser": {"0.01": None, "0.1": None, "0.5": None, "0.9": None},
+                           "counted_per_decoded_rule": None,
                            "relay_cost_share_224_tokens": None, "relay_cost_rule": None}},
         "flag": {"hold_s": None, "passes_to_verify": None}, "honest_false_reject": {"rate": None, "why_null": None},
+        "new_identity": {"counts_from": None, "replacement_cost": None, "verified_after": None},
         "method": None, "skipped_fractions": None}
     assert table["skipped_fractions"] == [0.01, 0.1, 0.5]
     checks = table["checks"]
@@ -126,7 +131,11 @@ def test_the_table_has_the_documented_fields_and_values() -> None:
     assert checks["sgemm"]["relay_cost_share_n1024"]["products_per_instance_1"] == pytest.approx(2 * 64 / 1024**2)
     # every answer, one token each: a guessed share f passes with 1 - f (docs/protocol.md)
     assert (checks["llm"]["checked_tokens_per_answer"], checks["llm"]["checked_answers_share"]) == (1, 1.0)
-    assert checks["llm"]["pass_chance_one_answer"] == {"0.01": 0.99, "0.1": 0.9, "0.5": 0.5}
+    assert checks["llm"]["pass_chance_one_answer"] == pytest.approx({"0.01": 0.99, "0.1": 0.9, "0.5": 0.5}, abs=2e-5)
+    # the best guesser's counted / decoded: 1 + p f / (1 - f), p = 1 / 31,744: within 1.0003 up to 90% guessed
+    assert checks["llm"]["guess_right_chance"] == 1 / 31744
+    assert checks["llm"]["counted_per_decoded_of_a_guesser"]["0.5"] == pytest.approx(1 + 1 / 31744)
+    assert max(checks["llm"]["counted_per_decoded_of_a_guesser"].values()) < 1.0003
     assert checks["llm"]["relay_cost_share_224_tokens"] == pytest.approx(0.21, abs=0.005)
     assert checks["links"]["pass_chance_one_answer"] == fractions  # not sampled: no chance to state
     assert "factor 2 + 5 ms" in checks["links"]["catches"]

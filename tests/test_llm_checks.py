@@ -92,10 +92,12 @@ def test_with_the_deadline_one_machine_counts_at_most_1_25x_its_tokens_per_sec()
 
 
 def test_the_odds_and_costs_as_stated() -> None:
-    """docs/protocol.md: a guessed share f passes with 1 - f; the check costs one sequence's prefill up to the
-    token (at most 254 positions) and one pass, ~21% of a 224-token answer in multiply-adds."""
-    assert pass_chance(0, 200) == 1.0 and pass_chance(50, 200) == 0.75 and pass_chance(200, 200) == 0.0
-    assert expected_counted(50, 200) == 150.0
+    """docs/protocol.md: a guessed share f passes with 1 - f + f p (p: a guess right); the check costs one
+    sequence's prefill up to the token (at most 254 positions) and one pass, ~21% of a 224-token answer in
+    multiply-adds."""
+    assert pass_chance(0, 200) == 1.0 and pass_chance(50, 200, 0.0) == 0.75 and pass_chance(200, 200, 0.0) == 0.0
+    assert pass_chance(200, 200) == pytest.approx(1 / 31744) and pass_chance(50, 200, 1.0) == 1.0
+    assert expected_counted(50, 200, 0.0) == 150.0 and expected_counted(50, 200) == pytest.approx(150 + 50 / 31744)
     assert check_positions(0) == (31, 1) and check_positions(223) == (254, 1) and check_positions(224) == (31, 1)
     assert relay_cost_share(224) == pytest.approx(0.21, abs=0.005)
     for bad in ((-1, 10), (11, 10), (0, 0)):

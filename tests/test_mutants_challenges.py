@@ -17,6 +17,7 @@ from capsule.cpu_challenge import commitment_root, leaf_hash, node_hash, product
 from web.config import RelayConfig
 from web.proof.challenges import (
     Challenge,
+    checked_stream,
     implausible,
     net_time_s,
     new_challenge,
@@ -420,15 +421,49 @@ def test_an_llm_record_lets_anyone_recompute_the_challenge() -> None:
                                                          "observed_tokens_per_sec")} \
         == {"id": NONCE[:16], "kind": "llm", "issued_at": 1.7e9, "decode": 50, "beacon_round": 7, "nonce": NONCE,
             "stop_after_s": None, "claimed_tokens_per_sec": 100.0, "tokens": 4, "checked_token": j,
-            "token": 11 + j, "roll_call": None}
+            "token": 11 + j, "roll_call": None, "streams": 1, "stream_tokens": None}
     assert record["rtt_ms"] == pytest.approx(12.3456789, abs=5e-4)
     assert record["commit_s"] == pytest.approx(0.7654321 - 0.0123456789, abs=5e-5)
     assert ch.observed_tps is not None
     assert record["observed_tokens_per_sec"] == pytest.approx(ch.observed_tps, abs=5e-4)
     assert record["tokens"] / record["commit_s"] == pytest.approx(record["observed_tokens_per_sec"], rel=1e-4)
     template, _ = recipe(record["seed_method"])
-    text = template.format(beacon=BEACON["value"], nonce=record["nonce"])
+    text = template.format(beacon=BEACON["value"], nonce=record["nonce"], i=0)
     assert [int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")] == ch.seeds
+
+
+def test_a_challenge_of_several_streams_asks_each_its_share_and_checks_one_token_of_all() -> None:
+    """Tokens/s is aggregate decode throughput: a claim of 400 tokens/s over 4 streams asks each stream for its
+    100 tokens/s share, one seed per stream (the record's recipe, stream i); the answer is one list per
+    stream, the checked index is drawn over all of them and located in its stream; a flat list, a missing
+    stream or an empty answer is malformed."""
+    ch = new_llm_challenge("node", 400.0, BEACON, NONCE, 0.0, SENT, CONFIG, streams=4)
+    one = new_llm_challenge("node", 400.0, BEACON, NONCE, 0.0, SENT, CONFIG)
+    assert len(ch.seeds) == 4 and ch.decode == 50 and one.decode == 200 and ch.seeds[0] == one.seeds[0]
+    template, _ = recipe(ch.record()["seed_method"])
+    assert [int.from_bytes(hashlib.sha256(template.format(beacon=BEACON["value"], nonce=NONCE, i=i).encode())
+                           .digest()[:8], "little") for i in range(4)] == ch.seeds
+    assert ch.message(CONFIG)["seeds"] == [f"{s:016x}" for s in ch.seeds]
+    streams = [[1, 2, 3], [], [4, 5], [6]]
+    seen = set()
+    for draw in range(40):
+        c = new_llm_challenge("node", 400.0, BEACON, NONCE, 0.0, SENT, CONFIG, streams=4)
+        on_commit(c, {"tokens": streams}, SENT + 1.0, random.Random(draw), CONFIG)
+        assert c.tokens == [1, 2, 3, 4, 5, 6] and c.stream_tokens == [3, 0, 2, 1]
+        seed, stream, at = checked_stream(c)
+        s = c.seeds.index(seed)
+        assert streams[s] == stream and stream[at] == c.tokens[c.checked_token or 0]
+        seen.add(s)
+        assert c.observed_tps == pytest.approx(6 / net_time_s(1.0, 0.0, CONFIG))
+    assert seen == {0, 2, 3}  # every stream with tokens is drawn, the empty one never
+    for bad in ([1, 2, 3], [[1], [2], [3]], [[], [], [], []], [[1], [2], [3], [51] * 51], [[1], [2], [3], [-1]]):
+        c = new_llm_challenge("node", 400.0, BEACON, NONCE, 0.0, SENT, CONFIG, streams=4)
+        with pytest.raises(ChallengeError) as exc:
+            on_commit(c, {"tokens": bad}, SENT + 1.0, random.Random(1), CONFIG)
+        assert exc.value.code == "malformed_commit"
+    capped = new_llm_challenge("node", 1e6, BEACON, NONCE, 0.0, SENT, CONFIG, streams=1000)
+    assert len(capped.seeds) == CONFIG.challenge_max_instances
+    assert capped.decode * len(capped.seeds) <= 8192  # one frame's worth of ids in all
 
 
 def test_the_seed_recipes_of_all_kinds_are_one() -> None:
@@ -437,7 +472,7 @@ def test_the_seed_recipes_of_all_kinds_are_one() -> None:
     sgemm = new_challenge("node", 40.0, 2, None, BEACON, NONCE, 0.0, SENT, CONFIG).record()["seed_method"]
     llm = new_llm_challenge("node", 100.0, BEACON, NONCE, 0.0, SENT, CONFIG).record()["seed_method"]
     instance_clause = sgemm.split("; ")[0]
-    assert llm.split("; ")[0] == instance_clause.removeprefix("instance i: ").replace("{i}", "0")
+    assert llm.split("; ")[0].removeprefix("stream i: ") == instance_clause.removeprefix("instance i: ")
     gpu = bare("gpu", commit_s=1e-3)
     record = gpu.record()
     assert record["kind"] == "gpu" and record["claimed_tflops"] == 0.0 and "observed_tflops" in record

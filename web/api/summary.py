@@ -63,6 +63,7 @@ class ProfileSummary:
     gpu_count: int = 0                    # GPUs with an fp32 figure: one challenge instance each
     gpu_n: int | None = None              # the probe's order
     gpu_binding_limit: int = BINDING_DEFAULT  # the smallest storage binding its adapters allow, bytes
+    llm_streams: int = 1                  # decode streams behind tokens_per_sec (a challenge asks for each)
 
     @staticmethod
     def of(record: NodeProfile) -> ProfileSummary:
@@ -82,7 +83,8 @@ class ProfileSummary:
             storage_read_mbps=record.storage.read_mbps,
             gpu_fp32_tflops=claim.tflops if claim else None, gpu_count=claim.gpus if claim else 0,
             gpu_n=claim.n if claim else None,
-            gpu_binding_limit=claim.binding_limit if claim else BINDING_DEFAULT)
+            gpu_binding_limit=claim.binding_limit if claim else BINDING_DEFAULT,
+            llm_streams=record.llm.streams or 1)
 
     @staticmethod
     def of_profile(data: Any) -> ProfileSummary:

@@ -33,6 +33,7 @@ from web.proof.challenges import (
     check_opened,
     implausible,
     new_challenge,
+    checked_stream,
     new_llm_challenge,
     next_gap_s,
     on_commit,
@@ -302,7 +303,7 @@ class ChallengeDesk:
                 continue
             if llm_round and "llm" in who.answers and claim.claimed_tps:
                 ch = new_llm_challenge(who.node_id or "", claim.claimed_tps, beacon, secrets.token_hex(16),
-                                       who.rtt_ms, time.perf_counter(), self.config)
+                                       who.rtt_ms, time.perf_counter(), self.config, streams=claim.llm_streams)
             else:
                 ch = new_challenge(who.node_id or "", claim.claimed_gflops, claim.instances, claim.sgemm_n, beacon,
                                    secrets.token_hex(16), who.rtt_ms, time.perf_counter(), self.config)
@@ -352,9 +353,10 @@ class ChallengeDesk:
             # every answer: one token, drawn by on_commit after the tokens arrived (web/proof/llm_checks.py)
             ch.checking = True
             j = ch.checked_token if ch.checked_token is not None else 0
-            expected = await asyncio.to_thread(self._llm_expected, ch.seeds[0], ch.tokens or [], j)
-            if expected != (ch.tokens or [])[j]:
-                raise ChallengeError("wrong_tokens", f"token {j} is {(ch.tokens or [])[j]}; the reference model "
+            seed, stream, at = checked_stream(ch)
+            expected = await asyncio.to_thread(self._llm_expected, seed, stream, at)
+            if expected != stream[at]:
+                raise ChallengeError("wrong_tokens", f"token {j} is {stream[at]}; the reference model "
                                                      f"gives {expected} after the tokens before it")
         except ChallengeError as exc:
             await self._fail(who, ch, exc)

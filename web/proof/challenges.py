@@ -54,6 +54,7 @@ import numpy as np
 
 from capsule import cpu_challenge, plausibility
 from capsule.challenge import (
+    LLM_MAX_TOKENS,
     LLM_VOCAB,
     ChallengeError,
     challenge_size,
@@ -84,7 +85,8 @@ class Challenge:
     kind: str = "sgemm"                # "sgemm" | "llm" | "gpu" (web/proof/gpu_challenges.py)
     decode: int = 0                    # llm: the most tokens to decode
     claimed_tps: float = 0.0           # llm: the claimed tokens/s it was sized for
-    tokens: list[int] | None = None    # llm: the committed token ids
+    tokens: list[int] | None = None    # llm: the committed token ids, every stream's in stream order
+    stream_tokens: list[int] | None = None  # llm: how many of them each stream (seed) committed
     checked_token: int | None = None   # llm: the index the relay checks, drawn when the tokens arrived
     checking: bool = False             # the answer arrived in time and is being recomputed (not late)
     roots: list[bytes] | None = None
@@ -152,13 +154,14 @@ class Challenge:
         if self.kind == "llm":
             return {"id": self.id, "kind": "llm", "issued_at": self.issued_at, "decode": self.decode,
                     "beacon_round": self.beacon_round, "nonce": self.nonce,
-                    "seed_method": "first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/0'); "
-                                   "tokens: capsule/kernels/llm_challenge.h",
+                    "seed_method": "stream i: first 8 bytes LE of sha256('ce-bench/v1/challenge/{beacon}/{nonce}/{i}');"
+                                   " tokens: capsule/kernels/llm_challenge.h",
                     "stop_after_s": self.stop_after_s,
                     "claimed_tokens_per_sec": self.claimed_tps, "rtt_ms": round(self.rtt_ms, 3),
                     "commit_s": round(self.commit_s, 4) if self.commit_s else None,
                     "observed_tokens_per_sec": round(self.observed_tps, 3) if self.observed_tps else None,
                     "tokens": None if self.tokens is None else len(self.tokens),
+                    "streams": len(self.seeds), "stream_tokens": self.stream_tokens,
                     "checked_token": self.checked_token,
                     "token": None if self.tokens is None or self.checked_token is None
                     else self.tokens[self.checked_token], "roll_call": self.roll_call}
@@ -194,9 +197,9 @@ def implausible(ch: Challenge) -> str | None:
     if gflops is not None and gflops > bound:
         return (f"observed {gflops:.1f} GFLOP/s over {len(ch.seeds)} instance(s); no hardware exceeds {bound:g} "
                 f"({plausibility.CORE_GFLOPS_MAX:g} per core)")
-    if tps is not None and tps > plausibility.TOKENS_PER_SEC_MAX:
-        return (f"observed {tps:.1f} tokens/s; no core exceeds {plausibility.TOKENS_PER_SEC_MAX:.0f} on the "
-                "reference model")
+    if tps is not None and tps > len(ch.seeds) * plausibility.TOKENS_PER_SEC_MAX:
+        return (f"observed {tps:.1f} tokens/s over {len(ch.seeds)} stream(s); no core exceeds "
+                f"{plausibility.TOKENS_PER_SEC_MAX:.0f} on the reference model")
     return None
 
 
@@ -216,14 +219,30 @@ def new_challenge(node_id: str, claimed_gflops: float, instances: int, sgemm_n: 
 
 def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], nonce: str, rtt_ms: float | None,
                       now: float, config: RelayConfig, target_s: float | None = None,
-                      stop_after_s: float | None = None) -> Challenge:
-    """A reference-model challenge asking target_s of decoding at the claim (solo: challenge_target_s). With
-    stop_after_s (a roll call) the node stops then and commits the tokens it has: as for SGEMM, the caller
-    sizes the work beyond the deadline."""
+                      stop_after_s: float | None = None, streams: int = 1) -> Challenge:
+    """A reference-model challenge asking target_s of decoding at the claim (solo: challenge_target_s), split
+    over the `streams` the claim sums (one seed each, decoded at once: the claim is aggregate throughput; at
+    most challenge_max_instances, and each stream's share of LLM_MAX_TOKENS). With stop_after_s (a roll call)
+    the node stops then and commits the tokens it has: as for SGEMM, the caller sizes the work beyond the
+    deadline."""
     target = target_s if target_s is not None else config.challenge_target_s
-    return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, 0)], beacon["round"], nonce,
-                     0.0, now, rtt_ms or 0.0, kind="llm", decode=tokens_for(claimed_tps, target),
+    k = max(1, min(streams, config.challenge_max_instances))
+    decode = min(tokens_for(claimed_tps / k, target), LLM_MAX_TOKENS // k)
+    return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, i) for i in range(k)],
+                     beacon["round"], nonce, 0.0, now, rtt_ms or 0.0, kind="llm", decode=decode,
                      claimed_tps=claimed_tps, beacon_value=str(beacon["value"]), stop_after_s=stop_after_s)
+
+
+def checked_stream(ch: Challenge) -> tuple[int, list[int], int]:
+    """Where the checked token lies: (its stream's seed, that stream's tokens, its index in them)."""
+    tokens, j = ch.tokens or [], ch.checked_token or 0
+    lengths = ch.stream_tokens or [len(tokens)]
+    start = 0
+    for s, n in enumerate(lengths):
+        if j < start + n:
+            return ch.seeds[s], tokens[start:start + n], j - start
+        start += n
+    raise ValueError(f"token {j} is beyond the answer's {start} tokens")
 
 
 def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, config: RelayConfig) -> float:
@@ -250,7 +269,7 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
         raise ChallengeError("late", f"committed after {elapsed:.1f} s; the limit is "
                                      f"{config.challenge_commit_timeout_s:g} s")
     if ch.kind == "llm":
-        ch.tokens = parse_tokens(ch, message)
+        ch.tokens, ch.stream_tokens = parse_tokens(ch, message)
         # drawn now, after the tokens arrived: a node cannot know which one is checked when it commits
         ch.checked_token = draw_checked(len(ch.tokens), rng)
         ch.commit_s = lag_forgiven(net_time_s(elapsed, ch.rtt_ms, config), allowance, ch.roll_call is not None,
@@ -277,16 +296,33 @@ def on_commit(ch: Challenge, message: dict[str, Any], now: float, rng: random.Ra
     return {"type": "open", "id": ch.id, "rows": [list(r) for r in ch.rows]}
 
 
-def parse_tokens(ch: Challenge, message: dict[str, Any]) -> list[int]:
-    """A reference-model answer's token ids: 1 to `decode` integers in [0, LLM_VOCAB). Raises ChallengeError."""
+def _token_ids(value: object, least: int, most: int) -> list[int] | None:
+    if (isinstance(value, list) and least <= len(value) <= most
+            and all(type(t) is int and 0 <= t < LLM_VOCAB for t in value)):
+        return list(value)
+    return None
+
+
+def parse_tokens(ch: Challenge, message: dict[str, Any]) -> tuple[list[int], list[int] | None]:
+    """A reference-model answer's token ids and, with several streams, how many each committed: one stream's are
+    1 to `decode` integers in [0, LLM_VOCAB); k streams' are k such lists (0 to `decode` each: a stream may
+    finish nothing by a roll call's stop), 1 token at least in all. Raises ChallengeError."""
     tokens = message.get("tokens")
     if tokens is None and "token_ids_sha256" in message:
         raise ChallengeError("outdated_client", "expected tokens (the token ids): a token hash is no longer "
                                                 "taken, since every answer is checked; update ce-bench")
-    if (not isinstance(tokens, list) or not 1 <= len(tokens) <= ch.decode
-            or not all(type(t) is int and 0 <= t < LLM_VOCAB for t in tokens)):
-        raise ChallengeError("malformed_commit", f"expected tokens: 1 to {ch.decode} integers in [0, {LLM_VOCAB})")
-    return list(tokens)
+    k = len(ch.seeds)
+    if k == 1:
+        one = _token_ids(tokens, 1, ch.decode)
+        if one is None:
+            raise ChallengeError("malformed_commit",
+                                 f"expected tokens: 1 to {ch.decode} integers in [0, {LLM_VOCAB})")
+        return one, None
+    streams = [_token_ids(s, 0, ch.decode) for s in tokens] if isinstance(tokens, list) and len(tokens) == k else []
+    if not streams or any(s is None for s in streams) or not any(streams):
+        raise ChallengeError("malformed_commit", f"expected tokens: {k} lists (one per stream) of 0 to {ch.decode} "
+                                                 f"integers in [0, {LLM_VOCAB}), 1 token at least in all")
+    return [t for s in streams for t in s or []], [len(s or []) for s in streams]
 
 
 def parse_products(ch: Challenge, value: object) -> list[int]:

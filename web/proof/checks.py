@@ -13,14 +13,18 @@ rows were right that counted nothing: the relay's own roll calls say how often, 
 - gpu rows: the same rule on the GPU challenge's rows (web/proof/gpu_challenges.py).
 - llm tokens: the answer is the token ids, and the relay checks one of every answer, drawn after they arrived
   (web/proof/llm_checks.py): a node that guessed a fraction f of its tokens instead of computing them passes one
-  answer with 1 - f, so an answer counts in expectation the tokens computed, and no more.
+  answer with 1 - f (1 - f + f / 31,744: a token at a seeded rank is guessed right that rarely), so an answer
+  counts in expectation the tokens computed, and 1 + f / (31,744 (1 - f)) of them at most.
 - links: not sampled. A one-sided, forged or unmeasured sample moves nothing (both ends sign; the landmarks'
   triangle refuses what physics forbids and leaves the rest unconfirmed), so the odds are 0 or 1 by rule.
 
-A sampled check is only as strong as the cost of a new identity: a failed answer flags the identity for
-`trust_flag_hold_s` and a new identity counts nothing before `trust_min_passes` solo challenges and a roll
-call, each checked with the odds above (the reference model's check is on every answer: no new identity
-escapes it).
+A sampled check is only as strong as the cost of a new identity, and a new identity is cheap: a failed answer
+flags its identity for `trust_flag_hold_s`, and a replacement key counts from the first roll call it answers
+(its profile posted and a live session open: about a second after connecting). What keeps that harmless is
+that no answer goes unchecked and each is judged on its own: an SGEMM answer skipping a fraction f passes with
+(1 - f)^(2k) and then counts its work, so it counts in expectation at most the work done, and the reference
+model's check is on every answer. `trust_min_passes` solo challenges make a node `verified` (its page), which
+adds nothing to the counted scoreboard by itself.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from __future__ import annotations
 from typing import Any
 
 from web.config import RelayConfig
-from web.proof.llm_checks import CHECKED_TOKENS_PER_ANSWER, pass_chance, relay_cost_share
+from web.proof.llm_checks import (
+    CHECKED_TOKENS_PER_ANSWER,
+    GUESS_RIGHT_CHANCE,
+    GUESSED_SHARES,
+    RANK_FLOOR,
+    counted_per_decoded,
+    pass_chance,
+    relay_cost_share,
+)
 
 SKIPPED_FRACTIONS = (0.01, 0.1, 0.5)
 
@@ -71,9 +83,18 @@ def odds(config: RelayConfig, after_deadline_rate: dict[str, Any] | None = None)
                 "checked_tokens_per_answer": CHECKED_TOKENS_PER_ANSWER,
                 "checked_answers_share": 1.0,
                 "pass_chance_one_answer": {str(f): pass_chance(round(f * 1000), 1000) for f in SKIPPED_FRACTIONS},
-                "pass_chance_rule": "1 - f for an answer that guessed a fraction f of its tokens; it counts "
-                                    "its tokens when it passes, nothing when caught: in expectation the tokens "
-                                    "it computed",
+                "pass_chance_rule": "1 - f + f p for an answer that guessed a fraction f of its tokens, a "
+                                    "guess right at chance p; it counts its tokens when it passes, nothing "
+                                    "when caught: in expectation the tokens it computed, and p of each guess",
+                "guess_right_chance": GUESS_RIGHT_CHANCE,
+                "guess_right_rule": f"each token is the one at a rank drawn from the seed, uniform over "
+                                    f"[{RANK_FLOOR}, 32000), in its step's logits (seeded rank sampling, "
+                                    "capsule/kernels/llm.h): without that step's exact logits a guess is right "
+                                    "1 in 32000 - 256",
+                "counted_per_decoded_of_a_guesser": {str(f): counted_per_decoded(f) for f in GUESSED_SHARES},
+                "counted_per_decoded_rule": "1 + p f / (1 - f): the expected counted over decoded tokens of a "
+                                            "guesser that guesses a fraction f; a guesser that repeats the last "
+                                            "token (the greedy model's weakness) is right 1 in 32,000 here",
                 "relay_cost_share_224_tokens": relay_cost_share(224),
                 "relay_cost_rule": "the prefill of the checked token's sequence up to it (no classifier) and "
                                    "one forward pass, in multiply-adds over the answer's",
@@ -87,6 +108,14 @@ def odds(config: RelayConfig, after_deadline_rate: dict[str, Any] | None = None)
             },
         },
         "flag": {"hold_s": config.trust_flag_hold_s, "passes_to_verify": config.trust_min_passes},
+        "new_identity": {
+            "counts_from": "the first roll call it answers (a profile posted and a live session open)",
+            "replacement_cost": "a caught key's replacement pays a measurement and a session, and carries "
+                                "nothing over: every answer is checked on its own, so it counts in expectation "
+                                "the work it does, like any identity",
+            "verified_after": f"{config.trust_min_passes} passed challenges, one of them in the last "
+                              f"{config.trust_fresh_s / 60:g} min (shown on its page; adds nothing to the "
+                              "counted scoreboard by itself)"},
         "honest_false_reject": after_deadline_rate or {
             "rate": None, "why_null": "no roll-call answer with right rows yet on this relay"},
         "method": "odds from this relay's config (web/proof/checks.py); the false-reject rate is what this relay's "

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from common.reactor import CapsuleError
 from web.config import RelayConfig
-from web.proof.challenges import Challenge, implausible
+from web.proof.challenges import Challenge, checked_stream, implausible
 from web.proof.transcripts import (
     PeerAudit,
     TranscriptError,
@@ -107,7 +107,8 @@ class PeerTranscripts:
         if ch.tokens is None or ch.checked_token is None or self.token_check is None:
             raise TranscriptError("wrong_transcript", "a passed reference-model answer without its tokens")
         try:
-            expected = await asyncio.to_thread(self.token_check, ch.seeds[0], ch.tokens, ch.checked_token)
+            seed, stream, at = checked_stream(ch)
+            expected = await asyncio.to_thread(self.token_check, seed, stream, at)
         except CapsuleError as exc:  # this relay's own reactor failed: the peer's word stands
             log.error("could not re-check a peer's token", extra={"error": str(exc)})
             return

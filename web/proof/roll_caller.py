@@ -225,7 +225,8 @@ class RollCaller:
             # (what it shows counts only beside an SGEMM proof of this roll call). Sized and stopped as the
             # SGEMM challenge is: tokens for work_s at the claim, the node commits what it has at stop_after_s.
             ch = new_llm_challenge(node_id, claim.claimed_tps, beacon, secrets.token_hex(16), who.rtt_ms, 0.0,
-                                   self.config, work_s(self.config), stop_after_s(self.config))
+                                   self.config, work_s(self.config), stop_after_s(self.config),
+                                   streams=claim.llm_streams)
             ch.roll_call, ch.issued_at, ch.withdraws = call.id, now_wall, withdrawn
             desk.core.metrics.withdrawn += len(withdrawn)
             planned.append((who, ch))

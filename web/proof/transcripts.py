@@ -52,6 +52,8 @@ def transcript_body(relay_id: str, ch: Challenge, beacon_value: str, passed: boo
     if ch.kind == "llm":
         challenge.update(decode=ch.decode, tokens=ch.tokens, checked_token=ch.checked_token,
                          tokens_checked=tokens_checked, claimed_tokens_per_sec=ch.claimed_tps)
+        if ch.stream_tokens is not None:
+            challenge["stream_tokens"] = list(ch.stream_tokens)
     else:
         challenge.update(n=ch.n, reps=ch.reps, roots=[r.hex() for r in ch.roots or []],
                          rows=[list(r) for r in ch.rows], opened=ch.opened_items or [])
@@ -94,11 +96,20 @@ def rebuild(transcript: dict[str, Any], config: RelayConfig) -> Challenge:
         ch.decode = _int(c, "decode", 1, LLM_MAX_TOKENS)
         tokens = c.get("tokens")
         if tokens is not None:
-            if (not isinstance(tokens, list) or not 1 <= len(tokens) <= ch.decode
+            if (not isinstance(tokens, list) or not 1 <= len(tokens) <= ch.decode * instances
                     or not all(type(t) is int and 0 <= t < LLM_VOCAB for t in tokens)):
-                raise TranscriptError("invalid_transcript", f"challenge.tokens: 1 to decode ids in [0, {LLM_VOCAB})")
+                raise TranscriptError("invalid_transcript",
+                                      f"challenge.tokens: 1 to decode x instances ids in [0, {LLM_VOCAB})")
             ch.tokens = list(tokens)
             ch.checked_token = _int(c, "checked_token", 0, len(tokens) - 1)
+            lengths = c.get("stream_tokens")  # absent: one stream
+            if (lengths is None and instances > 1) or (lengths is not None and (
+                    not isinstance(lengths, list) or len(lengths) != instances
+                    or not all(type(n) is int and 0 <= n <= ch.decode for n in lengths)
+                    or sum(lengths) != len(tokens))):
+                raise TranscriptError("invalid_transcript", f"challenge.stream_tokens: {instances} counts in "
+                                                            "[0, decode] summing to the tokens")
+            ch.stream_tokens = None if lengths is None else list(lengths)
         elif c.get("passed"):
             raise TranscriptError("invalid_transcript", "a passed reference-model answer names its tokens")
         return ch
