@@ -358,9 +358,13 @@ class LiveSession:
             try:
                 with self._at_work(), self._reactor_lock:
                     # one stream: a flat list (the form every relay takes); several: one list per seed
-                    tokens: list[int] | list[list[int]] = (
-                        self.llm(pool, seeds_u64[0], decode, stop_at, halt) if len(seeds_u64) == 1
-                        else llm_streams_answer(pool, seeds_u64, decode, stop_at, halt))
+                    tokens: list[int] | list[list[int]]
+                    if len(seeds_u64) == 1:
+                        tokens = self.llm(pool, seeds_u64[0], decode, stop_at, halt)
+                    elif self.llm is llm_answer:
+                        tokens = llm_streams_answer(pool, seeds_u64, decode, stop_at, halt)
+                    else:  # an answer given to the session (a test's cheater): stream by stream
+                        tokens = [self.llm(pool, s, decode, stop_at, halt) for s in seeds_u64]
             except (CapsuleError, ValueError) as exc:
                 self.errors.append({"type": "error", "code": "challenge_failed", "detail": str(exc)})
                 return

@@ -35,6 +35,7 @@ from web.proof.challenges import (
     new_challenge,
     checked_stream,
     new_llm_challenge,
+    token_mismatch,
     next_gap_s,
     on_commit,
     parse_opening,
@@ -355,9 +356,8 @@ class ChallengeDesk:
             j = ch.checked_token if ch.checked_token is not None else 0
             seed, stream, at = checked_stream(ch)
             expected = await asyncio.to_thread(self._llm_expected, seed, stream, at)
-            if expected != stream[at]:
-                raise ChallengeError("wrong_tokens", f"token {j} is {stream[at]}; the reference model "
-                                                     f"gives {expected} after the tokens before it")
+            if (why := token_mismatch(ch, expected)) is not None:
+                raise ChallengeError("wrong_tokens", why)
         except ChallengeError as exc:
             await self._fail(who, ch, exc)
             return

@@ -245,6 +245,15 @@ def checked_stream(ch: Challenge) -> tuple[int, list[int], int]:
     raise ValueError(f"token {j} is beyond the answer's {start} tokens")
 
 
+def token_mismatch(ch: Challenge, expected: int) -> str | None:
+    """The relay's verdict on the checked token (`expected`: the reference model's token there, recomputed from
+    checked_stream): None when the node's is the same, else why it is `wrong_tokens`."""
+    _, stream, at = checked_stream(ch)
+    if expected == stream[at]:
+        return None
+    return f"token {ch.checked_token} is {stream[at]}; the reference model gives {expected} after the tokens before it"
+
+
 def next_gap_s(secret: bytes, beacon_value: str, node_id: str, count: int, config: RelayConfig) -> float:
     """Seconds until a not-yet-verified node's next solo challenge (verified nodes are kept so by roll calls):
     challenge_interval_unverified_s x (1 +- spread), drawn from the

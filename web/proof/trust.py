@@ -3,7 +3,8 @@
 Counters decay exponentially with a half-life (gossipsub v1.1's P4/P7 counters are the model): recent
 behaviour matters most, and failures weigh more than passes. A node is
 
-- verified   once `trust_min_passes` challenges passed (as many of them CPU challenges), one of them
+- verified   once `trust_min_passes` challenges passed (as many of them CPU challenges, one at least a solo
+             challenge, which asks the whole claim where a roll call takes the work done by its deadline), one of them
              within `trust_fresh_s` (verification lasts only while the node keeps answering), no recent
              failure outweighs them, and its claimed GFLOP/s is within `trust_flag_factor` of the best
              throughput the relay recently observed;
@@ -64,6 +65,7 @@ class Trust:
     tokens_checked: int = 0      # reference-model answers whose drawn token the relay checked and found equal
     roll_call_tokens_checked: int = 0  # of those, roll-call answers
     last_wrong_code: str | None = None
+    solo_passes: int = 0         # passed solo challenges (a roll call's answers pass with partial work)
 
     def to_state(self) -> dict[str, Any]:
         """Everything it holds, as JSON (the relay stores it with every result: start reads one row per node)."""
@@ -91,6 +93,7 @@ class Trust:
             self.passed += 1.0
             self.passes_total += 1
             self.last_pass_at = now
+            self.solo_passes += int(not roll_call)
             self.tokens_checked += int(tokens_checked)
             self.roll_call_tokens_checked += int(tokens_checked and roll_call)
             if observed_gflops is not None and math.isfinite(observed_gflops):
@@ -156,6 +159,11 @@ class Trust:
         if len(self.observed_gflops) < config.trust_min_passes:
             return "unverified", (f"{len(self.observed_gflops)} of {config.trust_min_passes} CPU (SGEMM) challenges "
                                   "passed so far")
+        if self.solo_passes < 1:
+            # a roll call's answer passes with the work done by its deadline; a solo challenge asks the whole
+            # claim. A client that let roll calls withdraw every solo challenge it held (unjudged) was verified
+            # on roll calls alone (issue 45); a solo challenge comes every ~60 s while unverified.
+            return "unverified", "no solo challenge passed yet (roll calls alone do not verify a node)"
         if self.last_pass_at is None or now - self.last_pass_at > config.trust_fresh_s:
             return "unverified", (f"no challenge passed in the last {config.trust_fresh_s:g} s (verification "
                                   "lasts only while the node keeps answering)")

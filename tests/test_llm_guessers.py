@@ -1,0 +1,62 @@
+"""Guessing reference-model tokens against the relay's own check (issue 45). Greedy decoding let a guesser
+count more than it decoded (the model repeated its last token: 1.35x at R = 3); with seeded rank sampling
+(capsule/kernels/llm.h) a token is right without its step's exact logits 1 in 31,744, and the published odds
+(GET /v1/checks, web/proof/llm_checks.py) say what each guesser counts. Real reactors on both sides; the relay's
+commit rule, check and verdict (tests/llm_guessers.py). bench/llm_guessers.py runs >= 1,000 answers each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.reactor import Reactor
+from tests.llm_guessers import Tally, honest_answers, previous_tail, random_tail, repeat, run
+from web.proof.checks import odds
+from web.proof.llm_checks import counted_per_decoded
+
+ANSWERS, LENGTH = 100, 16
+
+
+@pytest.fixture(scope="module")
+def answers(artifacts: Any) -> tuple[Reactor, list[tuple[str, list[int]]]]:
+    wasm = Path(artifacts.reactor)
+    node, relay = Reactor(wasm), Reactor(wasm)
+    return relay, honest_answers(node, ANSWERS, LENGTH, salt=45)
+
+
+def within_odds(t: Tally) -> None:
+    """Counted / decoded at most what the published odds give, and equal to it within the sampling spread."""
+    assert t.published_ratio <= 1.0003  # what /v1/checks promises for any share guessed up to 90%
+    assert abs(t.ratio - t.published_ratio) <= 4 * t.sigma_ratio + 1e-9, (t.ratio, t.published_ratio)
+
+
+@pytest.mark.parametrize("r", [3, 6, 10])
+def test_the_repeated_token_guesser_never_gets_a_repeat_to_guess(answers: Any, r: int) -> None:
+    """The guesser that beat greedy decoding waits for R equal tokens in a row: with rank sampling no answer
+    gives it one, so it decodes everything and counts exactly that (and every honest answer passes: no false
+    reject over 100 answers)."""
+    relay, honest = answers
+    t = run(relay, honest, repeat(r), seed=r)
+    assert not any(h[i] == h[i - 1] == h[i - 2] for _, h in honest for i in range(2, len(h)))  # none settles
+    assert (t.guessed, t.caught, t.ratio) == (0, 0, 1.0)
+    within_odds(t)
+
+
+@pytest.mark.parametrize("guesser", ["random", "previous"])
+def test_guessing_half_of_every_answer_counts_what_was_decoded(answers: Any, guesser: str) -> None:
+    """Half of every answer guessed (uniformly, or the last decoded token repeated): caught about half the
+    time, so counted / decoded is ~1.0, the published 1 + p (p = 1 / 31,744), within the sampling spread."""
+    relay, honest = answers
+    t = run(relay, honest, (random_tail if guesser == "random" else previous_tail)(0.5), seed=7)
+    assert t.guessed * 2 == t.answers * LENGTH and t.caught >= 30  # the precondition: the check ran and caught
+    within_odds(t)
+    published = odds_table()["counted_per_decoded_of_a_guesser"]["0.5"]
+    assert t.published_ratio == pytest.approx(published, abs=1e-9) == counted_per_decoded(0.5)
+
+
+def odds_table() -> dict[str, Any]:
+    from web.config import RelayConfig
+
+    return odds(RelayConfig())["checks"]["llm"]
