@@ -3,9 +3,10 @@
 The capsule is single-threaded (wasm has no threads here), so the whole-CPU figures come from several
 instances running at once: GFLOP/s and STREAM triad bandwidth are the work all instances did over the
 window in which all of them ran, divided by its length (capsule/scaling.py), with the number of instances
-found by measurement. The reference-model figure is batch-1 decode of one instance running alone
-(llama-bench tg). Disk comes from the solo run. A figure is null, with the reason, when any instance
-failed its check or the instances never overlapped. Every checked figure names the seed and the checksum
+found by measurement. The reference-model figure is aggregate decode throughput: as many streams at once as
+SGEMM instances paid, one instance each, summed if they pay (llm_streams); one stream alone (llama-bench tg)
+stays beside it as the latency figure. Disk comes from the solo run. A figure is null, with the reason, when
+any instance failed its check or the instances never overlapped. Every checked figure names the seed and the checksum
 that reproduce it (`ce-bench verify --recompute`). Reports arrive typed (capsule/probe_report.py): a field
 the capsule did not print is a parse error before this runs, never a silent None here.
 """

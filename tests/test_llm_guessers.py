@@ -59,4 +59,4 @@ def test_guessing_half_of_every_answer_counts_what_was_decoded(answers: Any, gue
 def odds_table() -> dict[str, Any]:
     from web.config import RelayConfig
 
-    return odds(RelayConfig())["checks"]["llm"]
+    return dict(odds(RelayConfig())["checks"]["llm"])

@@ -456,7 +456,9 @@ def test_a_challenge_of_several_streams_asks_each_its_share_and_checks_one_token
         seen.add(s)
         assert c.observed_tps == pytest.approx(6 / net_time_s(1.0, 0.0, CONFIG))
     assert seen == {0, 2, 3}  # every stream with tokens is drawn, the empty one never
-    for bad in ([1, 2, 3], [[1], [2], [3]], [[], [], [], []], [[1], [2], [3], [51] * 51], [[1], [2], [3], [-1]]):
+    bads: list[list[Any]] = [[1, 2, 3], [[1], [2], [3]], [[], [], [], []], [[1], [2], [3], [51] * 51],
+                             [[1], [2], [3], [-1]]]
+    for bad in bads:
         c = new_llm_challenge("node", 400.0, BEACON, NONCE, 0.0, SENT, CONFIG, streams=4)
         with pytest.raises(ChallengeError) as exc:
             on_commit(c, {"tokens": bad}, SENT + 1.0, random.Random(1), CONFIG)

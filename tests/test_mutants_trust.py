@@ -239,3 +239,20 @@ def test_score_keeps_three_decimals() -> None:
     t = Trust(decayed_at=0.0)
     t.record(True, "passed", 50.0, 0.0, C)
     assert t.score(1234.5, C) == round(0.5 ** (1234.5 / H), 3) != round(0.5 ** (1234.5 / H), 4)
+
+
+def test_roll_calls_alone_do_not_verify_a_node_that_never_answered_a_solo_challenge() -> None:
+    """Issue 45: a withdrawable client that let roll calls withdraw every solo challenge it held (unjudged) was
+    verified on roll-call passes alone, each of which takes the work done by its deadline. Now verified needs
+    one passed solo challenge (the whole claim); one is enough, and it survives the state's JSON."""
+    t = Trust(decayed_at=0.0)
+    for i in range(5):
+        t.record(True, "passed", 50.0, 10.0 + i, C, roll_call=True)
+    assert t.judge(50.0, 15.0, C) == ("unverified", "no solo challenge passed yet (roll calls alone do not verify "
+                                                    "a node)")
+    t.record(False, "late", None, 16.0, C)  # a solo challenge held back: a failure, still no solo pass
+    assert t.judge(50.0, 16.0, C)[0] == "unverified"
+    t.record(True, "passed", 50.0, 17.0, C)  # a solo challenge answered
+    assert t.judge(50.0, 17.0, C)[0] == "verified"
+    assert Trust.from_state(json.loads(json.dumps(t.to_state()))).judge(50.0, 17.0, C)[0] == "verified"
+    assert Trust.from_state({k: v for k, v in t.to_state().items() if k != "solo_passes"}).solo_passes == 0

@@ -31,14 +31,14 @@ from web.parts import Core, Outbox
 from web.proof.challenges import (
     Challenge,
     check_opened,
+    checked_stream,
     implausible,
     new_challenge,
-    checked_stream,
     new_llm_challenge,
-    token_mismatch,
     next_gap_s,
     on_commit,
     parse_opening,
+    token_mismatch,
 )
 from web.proof.peer_transcripts import PeerTranscripts
 from web.proof.roll_caller import STORE_KEY, RollCaller
