@@ -265,6 +265,8 @@ class TrustState:
     tokens_checked: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
     roll_call_tokens_checked: int = spec(minimum=0, maximum=I_JSON_MAX_INT)
     last_wrong_code: str | None = spec(max_length=64)
+    solo_passes: int = spec(minimum=0, maximum=I_JSON_MAX_INT, default=0,
+                            description="passed solo challenges (verified needs one; absent: an older relay's, 0)")
 
 
 @dataclass(frozen=True)

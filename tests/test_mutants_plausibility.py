@@ -28,8 +28,11 @@ def typed(profile: dict[str, Any]) -> NodeProfile:
      "$.cpu.mem_bw_gbps = 500 exceeds 400: 2 core(s) x 200 GB/s per core, at most 8000 GB/s "
      "(8 sockets of HBM-equipped CPUs)"),
     ("llm.tokens_per_sec", 5000.0, "$.llm.tokens_per_sec", plausibility.TOKENS_PER_SEC_MAX,
-     "$.llm.tokens_per_sec = 5000 exceeds 3466.67: one core's 104 GFLOP/s over 2 x 1.5e+07 flops per decoded "
-     "token"),
+     "$.llm.tokens_per_sec = 5000 exceeds 3466.67: 1 stream(s), each one core's 104 GFLOP/s over 2 x 1.5e+07 "
+     "flops per decoded token"),
+    ("llm.tokens_per_sec_one_stream", 5000.0, "$.llm.tokens_per_sec_one_stream", plausibility.TOKENS_PER_SEC_MAX,
+     "$.llm.tokens_per_sec_one_stream = 5000 exceeds 3466.67: one core's 104 GFLOP/s over 2 x 1.5e+07 flops per "
+     "decoded token"),
     ("storage.write_mbps", 70_000.0, "$.storage.write_mbps", 64_000.0,
      "$.storage.write_mbps = 70000 exceeds 64000: an fsync'ed write to one file system, at most a PCIe 5.0 x16 "
      "link"),
@@ -48,6 +51,15 @@ def test_the_refusal_names_the_bound_and_why(field: str, value: float, path: str
     assert found is not None
     assert (found.field, found.value, found.bound) == (path, value, bound)
     assert found.message() == message
+
+
+def test_aggregate_tokens_per_sec_is_bounded_per_stream() -> None:
+    """Tokens/s is aggregate decode throughput (issue 45): k streams may show k x one core's bound, not more."""
+    four = mutated(PROFILE, "llm.streams", 4)
+    limit = 4 * plausibility.TOKENS_PER_SEC_MAX
+    assert plausibility.check(typed(mutated(four, "llm.tokens_per_sec", limit))) is None
+    found = plausibility.check(typed(mutated(four, "llm.tokens_per_sec", limit + 1)))
+    assert found is not None and found.bound == limit
 
 
 def test_memory_bandwidth_is_capped_by_the_machine_not_the_core_count() -> None:
