@@ -271,9 +271,21 @@ def keys() -> None:
 
 
 @keys.command("show")
-def keys_show() -> None:
-    key = load_key()
-    click.echo(f"node_id {key.node_id}\nkey file {keys_mod.key_path()}")
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path),
+              help="another key file, made if missing (a relay's: DATA_DIR/relay.key, whose id other relays name "
+                   "with --cluster-peer)")
+def keys_show(path: Path | None) -> None:
+    """Print the NodeId of this node's key (or of --file's), making the key if there is none yet."""
+    if path is None:
+        key = load_key()
+    else:
+        try:
+            key = keys_mod.load_or_create(path)
+        except keys_mod.KeyFileError as exc:
+            raise UserError(str(exc)) from None
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    click.echo(f"node_id {key.node_id}\nkey file {path or keys_mod.key_path()}")
 
 
 @keys.command("rotate")

@@ -84,3 +84,56 @@ def test_the_readmes_commands_bracket_only_optional_options() -> None:
             if isinstance(p, click.Option) and p.required and p.envvar is None:
                 assert set(p.opts) & set(named), f"{line.split('`')[1]}: the required {p.opts[0]} is not shown"
     assert checked >= 5, checked
+
+
+def test_the_grafana_dashboard_graphs_what_the_relay_exports(tmp_path: Path) -> None:
+    """docs/grafana-dashboard.json: every metric a panel queries is on a real relay's /metrics, and the
+    scoreboard gauges say -1 (unknown) before a roll call finished, never a made-up 0."""
+    import json
+    import urllib.request
+
+    from tests.relay_process import RelayProcess
+
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    queried = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"ce_relay_[a-z0-9_]+",
+                                                                                        t["expr"])}
+    assert len(queried) >= 8, queried
+    with RelayProcess(tmp_path / "relay") as relay:
+        text = urllib.request.urlopen(relay.url + "/metrics", timeout=10).read().decode()
+    exported = {line.split("{")[0].split()[0] for line in text.splitlines() if line and not line.startswith("#")}
+    exported |= {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert queried <= exported, sorted(queried - exported)
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("ce_relay_verified_") or line.startswith("ce_relay_roll_call_answered_ratio")}
+    assert values and set(values.values()) == {-1.0}, values
+
+
+def test_the_deploy_files_name_real_options_and_a_valid_nats_config(tmp_path: Path) -> None:
+    """deploy/: the compose file's and the systemd units' `ce-bench` commands use options the CLI has, the
+    NATS config is web/cluster/nats_auth.py's own (passwords from the environment) and passes nats-server -t."""
+    import os
+
+    import yaml
+
+    from web.cluster.nats_auth import server_config
+
+    deploy = ROOT / "deploy"
+    compose = yaml.safe_load((deploy / "compose.yaml").read_text())
+    commands = [compose["services"][s]["command"] for s in ("relay-a", "relay-b")]
+    for unit in ("ce-bench-relay.service", "ce-bench-node.service"):
+        line = next(x for x in (deploy / unit).read_text().splitlines() if x.startswith("ExecStart="))
+        commands.append(line.split()[1:])
+    for args in commands:
+        cmd = main.commands[args[0]]
+        known = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
+        flags = [a for a in args if a.startswith("--")]
+        assert flags and set(flags) <= known, (args, set(flags) - known)
+    conf = (deploy / "nats.conf").read_text()
+    ours = server_config({"relay-a": "@A@", "relay-b": "@B@"}, "0.0.0.0:4222", Path("/data"), "ce-atlas")
+    assert conf.split("listen:", 1)[1] == ours.split("listen:", 1)[1].replace('"@A@"', "$RELAY_A_PASSWORD").replace(
+        '"@B@"', "$RELAY_B_PASSWORD")
+    result = subprocess.run([NATS_SERVER, "-t", "-c", str(deploy / "nats.conf")], capture_output=True, text=True,
+                            timeout=30, env={**os.environ, "RELAY_A_PASSWORD": "a" * 32, "RELAY_B_PASSWORD": "b" * 32})
+    assert result.returncode == 0, result.stdout + result.stderr
+    manual_unit = next(b for b in blocks(ROOT / "docs" / "manual.md", "# /etc/systemd/system/ce-bench-node.service"))
+    assert manual_unit == (deploy / "ce-bench-node.service").read_text()

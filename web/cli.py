@@ -8,6 +8,7 @@ import dataclasses
 import errno
 import functools
 import ipaddress
+import os
 import socket
 import sqlite3
 from collections.abc import Callable
@@ -160,6 +161,8 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--no-libp2p", is_flag=True, help="run no libp2p host: the relay is not on the CE mesh"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
+        click.option("--log-json", is_flag=True, help="JSON log lines on a terminal too (they are JSON whenever "
+                     "stderr is not a terminal)"),
         click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
                      "(browsers on other devices need https for WebCrypto and WebGPU)"),
     ]
@@ -169,7 +172,9 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
                 cluster_peers: tuple[str, ...], region: str | None, nats_domain: str | None,
                 public_url: str | None, libp2p_listen: str | None, job_submitters: tuple[str, ...],
-                libp2p_announce: tuple[str, ...], no_libp2p: bool, **kwargs: Any) -> Any:
+                libp2p_announce: tuple[str, ...], no_libp2p: bool, log_json: bool, **kwargs: Any) -> Any:
+        if log_json:
+            os.environ["CE_LOG_JSON"] = "1"  # the relay processes it starts read it too (web/api/logs.py)
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
                              nats_password_file=nats_password_file, public_url=public_url,
