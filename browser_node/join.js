@@ -281,7 +281,9 @@ async function join() {
       }
       if (m.type === "challenge_result" && !m.passed) $("live").textContent = `relay challenge failed: ${m.code} ${m.detail}`;
       if (m.type === "rebenchmark") $("live").textContent = "the relay asks for a fresh measurement: press Join again";
-      if (m.type === "error") $("live").textContent = `relay: ${m.code} ${m.detail}`;
+      if (m.type === "error") $("live").textContent = m.code === "superseded"
+        ? "stopped: another tab or device uses this node's key and took its session (one key is one node)"
+        : `relay: ${m.code} ${m.detail}`;
     }, answerer, result.profile.gpus.length && navigator.gpu ? gpuChallengeAnswerer("/shaders/") : null,
     (line) => { $("peers").textContent = line; }, { runner, allowed: () => consent.checked });
     consent.onchange = () => {

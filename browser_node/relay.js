@@ -120,6 +120,9 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
       const m = JSON.parse(event.data);
       // solo challenges a roll call withdrew stop now, a hidden tab's too
       if (m.type === "challenge" && Array.isArray(m.withdraws)) withdraw(m.withdraws.slice(0, 16));
+      // one key is one node: another tab or device with this key took the session; reconnecting would take it
+      // back, and the two would take turns
+      if (m.type === "error" && m.code === "superseded") stopped = true;
       if (m.type === "welcome") {
         learn();
         const beat = async () => {

@@ -20,7 +20,7 @@ from host_runner.node import RunOptions, measure
 from host_runner.relay_client import RelayError, fetch_beacon, post_profile, trust_certificate
 from host_runner.ui import PhaseProgress, console, results_table
 from web.api.tls import lan_address
-from web.cli import relay_cmd, relay_options, serve, tls_files
+from web.cli import listen, relay_cmd, relay_options, serve, tls_files
 from web.cluster.nats_auth import check as check_nats
 from web.config import RelayConfig
 
@@ -33,6 +33,9 @@ main.add_command(relay_cmd)
 @click.option("--no-gpu", is_flag=True)
 def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: bool) -> None:
     """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
+    # the port first: one another process holds is a one-line error before anything is measured or posted
+    sock = listen(config.host, config.port)
+    config = dataclasses.replace(config, port=sock.getsockname()[1])
     check_nats(config)  # NATS credentials: read and tried before the relay starts (a one-line error)
     capsule = checked_capsule(DEFAULT_CAPSULE)
     key = load_key()
@@ -41,7 +44,15 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
         config.jobs, submitters=tuple(dict.fromkeys([*config.jobs.submitters, key.node_id]))))
     files = tls_files(config, tls)
     context = trust_certificate(files[0]) if files else None
-    server = threading.Thread(target=serve, args=(config, log_level, files), daemon=True)
+    failed: list[BaseException] = []
+
+    def run_server() -> None:
+        try:
+            serve(config, log_level, files, sock)
+        except BaseException as exc:  # said below, with the exit status it calls for
+            failed.append(exc)
+
+    server = threading.Thread(target=run_server, daemon=True)
     server.start()
     scheme = "https" if files else "http"
     host, port = config.host, config.port
@@ -53,7 +64,8 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
             break
         except OSError:
             if not server.is_alive() or time.monotonic() > deadline:
-                raise UserError(f"the relay did not start on {host}:{port}") from None
+                why = f": {failed[0]}" if failed else ""
+                raise UserError(f"the relay did not start on {host}:{port}{why}") from None
             time.sleep(0.2)
     beacon = fetch_beacon(local)
     with PhaseProgress() as progress:
@@ -73,7 +85,7 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
         click.echo(line)
     # takes tasks of the jobs it submits to its own relay, one at a time, as `ce-bench node` does (docs/jobs.md)
     session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None, gpu=gpu,
-                          job_slots=1).start()
+                          job_slots=1, say=lambda line: click.echo(f"ce-bench up: {line}", err=True)).start()
     click.echo(f"this machine is node {key.node_id}")
     click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
     lan = lan_address()
@@ -89,6 +101,8 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
         pass
     finally:
         session.stop()
+    if failed and not isinstance(failed[0], KeyboardInterrupt | SystemExit):
+        raise UserError(f"the relay stopped: {failed[0]}")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,7 @@ class Agent:
         self.say = say
         self.stop = threading.Event()
         self.session: LiveSession | None = None
+        self.superseded: str | None = None  # set when a newer session of this node's key closed ours
         self.registered = 0  # profiles the relay accepted
         self.probes = 0      # landmark probes completed
         self.claimed_gflops: float | None = None  # the CPU claim of the profile last published
@@ -226,8 +227,12 @@ class Agent:
         than the claim (capsule/claim_drift.py)."""
         until = time.monotonic() + wait_s
         while not self.stop.is_set() and (left := until - time.monotonic()) > 0:
-            self.stop.wait(min(left, 5.0))
+            self.stop.wait(min(left, 1.0))
             session = self.session
+            if session is not None and session.superseded is not None:
+                self.superseded = session.superseded  # one key is one node: the other process keeps it
+                self.stop.set()
+                return
             if session is None or time.monotonic() - self.drift_at < self.config.drift.min_gap_s:
                 continue
             reason = drift(list(session.results)[self.results_seen:], self.claimed_gflops, self.config.drift)

@@ -64,15 +64,31 @@ def load_key() -> keys_mod.NodeKey:
         raise UserError(f"{exc}{hint}") from None
 
 
+def package_version() -> str:
+    """The installed ce-bench's version, and the capsule's (its figures' method version)."""
+    import importlib.metadata
+
+    from capsule import CAPSULE_VERSION
+
+    try:
+        version = importlib.metadata.version("ce-bench")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without `pip install -e .`
+        version = "unknown (not installed)"
+    return f"{version} (capsule {CAPSULE_VERSION})"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_version(), "--version", "-V", prog_name="ce-bench", message="%(prog)s %(version)s")
 def main() -> None:
-    """ce-bench: measure this machine and publish it as a signed NodeProfile."""
+    """ce-bench: measure this machine and publish it as a signed NodeProfile.
+
+    Commands that take --relay URL read it from the CE_RELAY environment variable when it is not given."""
 
 
 @main.command()
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("profile.json"),
               show_default=True, help="where the signed NodeProfile is written")
-@click.option("--relay", metavar="URL", help="relay to take the beacon from and report the profile to")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, help="relay to take the beacon from and report the profile to")
 @click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True,
               help="capsule budget per phase (whole-CPU phase, then one core alone)")
 @click.option("--instances", type=click.IntRange(1, 4096), help="capsule instances for the whole-CPU figure "
@@ -127,7 +143,7 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
 
 
 @main.command("node")
-@click.option("--relay", metavar="URL", required=True, help="the relay this node registers with and stays live on")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True, help="the relay this node registers with and stays live on")
 @click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True,
               help="capsule budget per phase of each measurement")
 @click.option("--no-gpu", is_flag=True, help="skip the GPU probes")
@@ -181,11 +197,13 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
         signal.signal(sig, lambda *_: agent.stop.set())
     click.echo(f"ce-bench node: {key.node_id} -> {relay}", err=True)
     agent.run()
+    if agent.superseded is not None:  # another process runs this key: exit non-zero, not "stopped" as asked
+        raise UserError(f"another process uses this node's key: {agent.superseded}")
 
 
 @main.command("status")
 @click.argument("node_id", required=False)
-@click.option("--relay", metavar="URL", required=True, help="the relay whose view to show")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True, help="the relay whose view to show")
 @click.option("--json", "as_json", is_flag=True, help="print the view as one JSON object")
 def status_cmd(node_id: str | None, relay: str, as_json: bool) -> None:
     """The relay's view of a node (default: this machine's key): trust status and reason, proven vs claimed
@@ -253,9 +271,21 @@ def keys() -> None:
 
 
 @keys.command("show")
-def keys_show() -> None:
-    key = load_key()
-    click.echo(f"node_id {key.node_id}\nkey file {keys_mod.key_path()}")
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path),
+              help="another key file, made if missing (a relay's: DATA_DIR/relay.key, whose id other relays name "
+                   "with --cluster-peer)")
+def keys_show(path: Path | None) -> None:
+    """Print the NodeId of this node's key (or of --file's), making the key if there is none yet."""
+    if path is None:
+        key = load_key()
+    else:
+        try:
+            key = keys_mod.load_or_create(path)
+        except keys_mod.KeyFileError as exc:
+            raise UserError(str(exc)) from None
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    click.echo(f"node_id {key.node_id}\nkey file {path or keys_mod.key_path()}")
 
 
 @keys.command("rotate")
@@ -273,7 +303,7 @@ def job() -> None:
 
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--relay", metavar="URL", required=True, help="the relay that takes the job")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True, help="the relay that takes the job")
 @click.option("--wait", is_flag=True, help="follow the job until it ends; exit 0 only if every task was accepted")
 @click.option("--json", "json_out", is_flag=True, help="print JSON (the job's id; with --wait, its final state)")
 def job_submit(manifest: Path, relay: str, wait: bool, json_out: bool) -> None:
@@ -307,7 +337,7 @@ def _job_end(state: dict[str, Any], json_out: bool) -> None:
 
 @job.command("status")
 @click.argument("job_id")
-@click.option("--relay", metavar="URL", required=True)
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True)
 @click.option("--follow", "follow_", is_flag=True, help="follow the job until it ends")
 @click.option("--json", "json_out", is_flag=True)
 def job_status(job_id: str, relay: str, follow_: bool, json_out: bool) -> None:
@@ -330,7 +360,7 @@ def job_status(job_id: str, relay: str, follow_: bool, json_out: bool) -> None:
 
 @job.command("cancel")
 @click.argument("job_id")
-@click.option("--relay", metavar="URL", required=True)
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True)
 def job_cancel(job_id: str, relay: str) -> None:
     """Cancel a job you submitted: tasks not finished stop."""
     from host_runner.job_client import JobClient

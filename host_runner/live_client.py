@@ -86,6 +86,7 @@ class LiveSession:
         self.ssl_context = ssl_context
         self.reactor_wasm = reactor_wasm  # None: this session does not offer to answer challenges
         self.answer_factory = answer_factory  # tests inject wrong answers through it (and through llm)
+        self.superseded: str | None = None  # why a newer session of this node closed this one (it then stops)
         self.llm = llm
         self.gpu = gpu  # None: this session does not offer to answer GPU challenges
         self.gpu_answer_factory = gpu_answer_factory  # tests inject wrong GPU answers through it
@@ -160,6 +161,7 @@ class LiveSession:
                 self._working -= 1
 
     def stop(self) -> None:
+        """Ends the session (and stops reconnecting)."""
         self._stop.set()
         self._thread.join(timeout=5)
         if self.peers is not None:
@@ -522,3 +524,13 @@ class LiveSession:
                     self.tasks.handle(message)
                 elif message.get("type") == "error":
                     self.errors.append(message)
+                    if message.get("code") == "superseded":
+                        # one key is one node: another process took this node's session; reconnecting would
+                        # take it back and the two would take turns forever
+                        self.superseded = str(message.get("detail") or "superseded by another session")
+                        if self.say is not None:
+                            self.say(f"stopped: {self.superseded}")
+                        self._stop.set()
+                elif message.get("type") == "notice":
+                    if self.say is not None:
+                        self.say(str(message.get("detail") or message.get("code")))

@@ -4,8 +4,11 @@ place that documents each default with its unit), so help texts cannot drift fro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import functools
 import ipaddress
+import os
 import socket
 import sqlite3
 from collections.abc import Callable
@@ -24,6 +27,8 @@ DEFAULTS = RelayConfig()
 # option -> (RelayConfig field, click type, help); defaults come from DEFAULTS
 _TUNABLES: dict[str, tuple[str, Any, str]] = {
     "--ip-rate": ("ip_rate_per_s", click.FloatRange(0.1), "requests per second per client IP"),
+    "--nats-connect-wait-s": ("nats_connect_wait_s", click.FloatRange(0), "seconds a starting relay waits for an "
+                              "unreachable --nats server before it exits"),
     "--node-rate": ("node_rate_per_min", click.FloatRange(0.1), "profiles per minute per node"),
     "--heartbeat-interval": ("heartbeat_interval_s", click.FloatRange(0.1), "seconds between heartbeats"),
     "--beacon-interval": ("beacon_interval_s", click.FloatRange(0.1), "seconds between beacon rounds"),
@@ -135,7 +140,7 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--region", metavar="NAME", callback=_region_option,
                      help="this relay's region (a-z, 0-9, '-'): digests, link samples and transcripts stay on the "
                           "region's NATS subjects; the regions' signed totals make the network's scoreboard "
-                          "(docs/cluster.md)"),
+                          "(docs/manual.md, \"Sizing a cluster\")"),
         click.option("--nats-domain", metavar="NAME", help="the JetStream domain of the cluster's buckets (the "
                      "hub's), when --nats is a leaf node of that hub"),
         click.option("--cluster-peer", "cluster_peers", multiple=True, metavar="RELAY_ID",
@@ -156,6 +161,8 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--no-libp2p", is_flag=True, help="run no libp2p host: the relay is not on the CE mesh"),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True),
+        click.option("--log-json", is_flag=True, help="JSON log lines on a terminal too (they are JSON whenever "
+                     "stderr is not a terminal)"),
         click.option("--tls", is_flag=True, help="serve https with a self-signed certificate kept in --data-dir "
                      "(browsers on other devices need https for WebCrypto and WebGPU)"),
     ]
@@ -165,7 +172,9 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
                 cluster_peers: tuple[str, ...], region: str | None, nats_domain: str | None,
                 public_url: str | None, libp2p_listen: str | None, job_submitters: tuple[str, ...],
-                libp2p_announce: tuple[str, ...], no_libp2p: bool, **kwargs: Any) -> Any:
+                libp2p_announce: tuple[str, ...], no_libp2p: bool, log_json: bool, **kwargs: Any) -> Any:
+        if log_json:
+            os.environ["CE_LOG_JSON"] = "1"  # the relay processes it starts read it too (web/api/logs.py)
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
                              nats_password_file=nats_password_file, public_url=public_url,
@@ -191,6 +200,39 @@ def tls_files(config: RelayConfig, tls: bool) -> tuple[Path, Path] | None:
         return self_signed(config.data_dir, config.host)
     except TlsError as exc:
         raise UserError(str(exc)) from None
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The relay's listening socket, bound before anything else happens: a port another process holds is a
+    one-line error before a key is written or a machine measured (`ce-bench up` once measured anyway and posted
+    this machine's profile to the other relay on that port, then exited 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a relay restarted at once reuses its port
+        if family == socket.AF_INET6 and host == "::":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "::" serves IPv4 too, as uvicorn does
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = ("another process listens there (a relay already running? pick another --port)"
+               if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc))
+        raise UserError(f"cannot listen on {host}:{port}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def relay_id(config: RelayConfig) -> str:
+    """The relay's id (its key's NodeId; the key is made here on a first start)."""
+    from common.keys import load_or_create
+
+    try:
+        return load_or_create(config.data_dir / "relay.key").node_id
+    except KeyFileError as exc:
+        raise UserError(f"relay key: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"cannot write the relay key in {config.data_dir}: {exc.strerror}") from None
 
 
 def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = None,
@@ -244,7 +286,11 @@ def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) ->
 
     if processes > 1 and config.port == 0:
         raise UserError("--processes needs a fixed --port: with port 0 each process would take another port")
-    check(config)  # NATS credentials: read and tried before anything is written
+    # the port, then the NATS credentials, before anything is written (a key, a store, a nats-server)
+    sock = listen(config.host, config.port) if processes == 1 else None
+    if sock is not None:
+        config = dataclasses.replace(config, port=sock.getsockname()[1])
+    check(config)
     configs, nats = local_nats(config, process_configs(config, processes))
     files = tls_files(config, tls)
     scheme = "https" if files else "http"
@@ -253,7 +299,8 @@ def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) ->
     if nats is not None:
         click.echo(f"nats-server for the processes on {nats.url} (config {nats.conf}: one user per process, "
                    "no anonymous access)", err=True)
-    if processes == 1:
-        serve(config, log_level, files)
+    if sock is not None:
+        click.echo(f"relay id {relay_id(config)} (other relays name it with --cluster-peer)", err=True)
+        serve(config, log_level, files, sock)
     else:
         run_processes(configs, log_level, files, nats)

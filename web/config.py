@@ -22,6 +22,10 @@ class RelayConfig:
     # relays' subjects.
     nats_user: str | None = None
     nats_password_file: Path | None = None
+    # A relay starting while its NATS server cannot be reached tries again this long, saying so, then exits with a
+    # one-line error (before, it logged "Connection refused" twice a second forever and ignored SIGTERM). Long
+    # enough for a compose file or systemd to bring the server up beside it.
+    nats_connect_wait_s: float = 30.0
     # Where nodes reach this relay (http[s]://HOST:PORT), announced in its live digests: the nodes of the
     # other relays of the cluster probe it as a landmark (WS /v1/probe). None: not announced.
     public_url: str | None = None
@@ -34,7 +38,7 @@ class RelayConfig:
     nats_bucket: str = "ce-atlas"
     # Dispatched work (web/jobs/config.py: submitters, quotas, audit share, deadlines)
     jobs: JobsConfig = field(default_factory=JobsConfig)
-    # A cluster that grows by region (web/cluster/regions.py, docs/cluster.md "Regions"): this relay's region. Its
+    # A cluster that grows by region (web/cluster/regions.py, docs/manual.md "Sizing a cluster"): this relay's region. Its
     # liveness digests, link samples and challenge transcripts stay on the region's subjects (NATS forwards
     # them over a leaf connection only where someone subscribes), and its roll-call totals are published for
     # the other regions to sum. None: one flat cluster, every subject shared.

@@ -58,6 +58,9 @@ class Relay:
         self.links = LinkBook(self.relay_id, config)
         self.verifier = VerifyPool(config.verify_workers)
         self.multiaddrs: dict[str, list[str]] = {}  # node id -> the libp2p multiaddrs its live session announced
+        # node id -> the live connection its signed heartbeat bound (web/sessions/live_endpoint.py: one key is
+        # one node; a newer session supersedes an older one, and both are told)
+        self.bound: dict[str, Any] = {}
         # the parts get the narrow things they need (web/parts.py), not this object
         self.core = Core(config, self.key, self.store, self.atlas, self.beacons, self.metrics)
         self.outbox = Outbox(self.relay_id)  # the cluster and the mesh, once each is up

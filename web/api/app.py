@@ -281,6 +281,28 @@ async def beacon(request: Request) -> Response:
     return JSONResponse(relay.beacons.latest)
 
 
+def scoreboard_gauges(relay: Relay) -> dict[str, float]:
+    """The verified scoreboard as gauges (what this relay's latest finished roll call proved, capped at the
+    claims: /stats' "verified"), and that roll call's answers over its challenges: the figures an operator
+    graphs (docs/grafana-dashboard.json). -1 before a roll call finished."""
+    roll = relay.challenges.roll
+    proven = roll.last_proven()
+    latest = next((c for c in reversed(roll.calls) if c.proven), None)
+    out: dict[str, float] = {
+        "ce_relay_verified_nodes": proven["nodes"] if proven else -1,
+        "ce_relay_verified_cpu_gflops": proven["cpu_gflops"] if proven else -1,
+        "ce_relay_verified_tokens_per_sec": proven["tokens_per_sec"] if proven else -1,
+        "ce_relay_verified_gpus": proven["gpus"] if proven else -1,
+        "ce_relay_verified_gpu_tflops": proven["gpu_tflops"] if proven else -1,
+        "ce_relay_roll_calls_kept": len(roll.calls),  # this run's, at most roll_calls_kept
+    }
+    if latest is not None and latest.challenged:
+        out["ce_relay_roll_call_answered_ratio"] = round(len(latest.answered) / len(latest.challenged), 6)
+    else:
+        out["ce_relay_roll_call_answered_ratio"] = -1
+    return out
+
+
 async def metrics(request: Request) -> Response:
     relay = relay_of(request)
     gauges = {"ce_relay_live_nodes": len(relay.atlas.live), "ce_relay_atlas_nodes": len(relay.atlas.nodes),
@@ -288,6 +310,7 @@ async def metrics(request: Request) -> Response:
               "ce_relay_beacon_round": (relay.beacons.latest or {}).get("round", -1),
               "ce_relay_gc_full_seconds": relay.gc.last_full_s if relay.gc.last_full_s is not None else -1,
               "ce_relay_gc_frozen_objects": gc.get_freeze_count()}
+    gauges.update(scoreboard_gauges(relay))
     lag = relay.loop_lag.summary(time.perf_counter())
     gauges["ce_relay_loop_lag_max_seconds"] = lag["max_s"] if lag["max_s"] is not None else -1  # the last 60 s
     gauges["ce_relay_loop_lag_p50_seconds"] = lag["p50_s"] if lag["p50_s"] is not None else -1

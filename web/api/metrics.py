@@ -38,6 +38,7 @@ class Metrics:
         self.heartbeats = 0
         self.pongs = 0  # pongs of a bound session: its signs of life (docs/protocol.md "Liveness a phone can afford")
         self.ws_sessions = 0
+        self.superseded = 0  # live sessions closed by a newer session of the same node (one key is one node)
         self.probes = 0                       # landmark probes completed (WS /v1/probe)
         self.cluster_received = Counter[str]()  # records from NATS by result (profiles, digests, transcripts)
         self.cluster_sent = Counter[str]()      # records this relay published, by kind
@@ -58,6 +59,9 @@ class Metrics:
                   "# TYPE ce_relay_ingest_seconds histogram", *self.ingest_seconds.render("ce_relay_ingest_seconds")]
         lines += ["# TYPE ce_relay_heartbeats_total counter", f"ce_relay_heartbeats_total {self.heartbeats}",
                   "# TYPE ce_relay_pongs_total counter", f"ce_relay_pongs_total {self.pongs}",
+                  "# HELP ce_relay_sessions_superseded_total Live sessions closed by a newer one of the same node.",
+                  "# TYPE ce_relay_sessions_superseded_total counter",
+                  f"ce_relay_sessions_superseded_total {self.superseded}",
                   "# TYPE ce_relay_cluster_received_total counter"]
         lines += [f'ce_relay_cluster_received_total{{result="{r}"}} {n}'
                   for r, n in sorted(self.cluster_received.items())]

@@ -19,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 from common.errors import UserError
@@ -30,6 +33,7 @@ PASSWORD_ENV = "CE_NATS_PASSWORD"
 # What a relay publishes and reads (web/cluster/nats_cluster.py's SUBJECT_*; tests/test_nats_auth.py holds them equal).
 RELAY_SUBJECTS = ("ce.atlas.profiles", "ce.atlas.live-digests", "ce.relays.beacons", "ce.trust.transcripts",
                   "ce.atlas.links")
+UNREACHABLE = "unreachable: "  # refusal()'s mark for a server that did not answer (not a refusal)
 PROBE_TIMEOUT_S = 2.0  # check(): the connect's timeout, per try (two tries)
 
 
@@ -120,8 +124,8 @@ def shown(url: str) -> str:
 
 
 async def refusal(url: str, options: dict[str, str]) -> str | None:
-    """The server's authorization error for these credentials; None when it accepts them, or cannot be reached
-    (the relay then waits for it, as it always did)."""
+    """The server's authorization error for these credentials; None when it accepts them; UNREACHABLE + why when
+    it cannot be reached."""
     import nats
     from nats.errors import Error as NatsError
 
@@ -133,18 +137,35 @@ async def refusal(url: str, options: dict[str, str]) -> str | None:
                                 max_reconnect_attempts=1, reconnect_time_wait=0.1, error_cb=quiet, **options)
     except (NatsError, OSError, TimeoutError) as exc:
         text = str(exc).strip()
-        return text if "authorization violation" in text.lower() else None
+        return text if "authorization violation" in text.lower() else UNREACHABLE + (text or type(exc).__name__)
     await nc.close()
     return None
 
 
-def check(config: RelayConfig) -> None:
-    """Reads the relay's NATS credentials and tries them once: a bad file or refused credentials raise a
-    one-line UserError naming what was expected."""
+def reachable_refusal(config: RelayConfig, options: dict[str, str], say: Callable[[str], None]) -> str | None:
+    """refusal() until the server answers, for at most nats_connect_wait_s, saying each try; then a UserError."""
+    url = config.nats_url or ""
+    deadline = time.monotonic() + config.nats_connect_wait_s
+    while True:
+        refused = asyncio.run(refusal(url, options))
+        if refused is None or not refused.startswith(UNREACHABLE):
+            return refused
+        why = refused.removeprefix(UNREACHABLE)
+        if time.monotonic() >= deadline:
+            raise UserError(f"NATS at {shown(url)} cannot be reached ({why}) after "
+                            f"{config.nats_connect_wait_s:g} s: start the nats-server first, or check --nats "
+                            "(--nats-connect-wait-s waits longer)")
+        say(f"waiting for NATS at {shown(url)} ({why}); up to {config.nats_connect_wait_s:g} s")
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+
+
+def check(config: RelayConfig, say: Callable[[str], None] | None = None) -> None:
+    """Reads the relay's NATS credentials and tries them: a bad file, refused credentials or a server that
+    cannot be reached within nats_connect_wait_s raise a one-line UserError naming what was expected."""
     options = credentials(config)
     if not config.nats_url:
         return
-    refused = asyncio.run(refusal(config.nats_url, options))
+    refused = reachable_refusal(config, options, say or (lambda line: print(line, file=sys.stderr, flush=True)))
     if refused is None:
         return
     where = f"NATS at {shown(config.nats_url)}"

@@ -1,7 +1,7 @@
 """A cluster that grows by region (issue 32, item 4), as pure functions: which NATS subjects are global and which
 stay in a region, and the global verified scoreboard summed from per-region totals signed by their relays.
 
-The topology is NATS's own (docs/cluster.md, "Regions"): one nats-server (or cluster) per region, each a leaf
+The topology is NATS's own (docs/manual.md, "Sizing a cluster"): one nats-server (or cluster) per region, each a leaf
 node of a hub. NATS forwards a message over a leaf connection only where there is interest on the other side,
 so a subject that only one region's relays subscribe to never leaves that region: a relay's inbound cluster
 traffic then grows with its region, not with the network.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import time
@@ -28,6 +29,8 @@ from web.relay import Relay
 from web.sessions.direct_frames import SCOPE_KEY, FrameWriter
 from web.sessions.live import BW_PROBE_BYTES, MAX_ERRORS, LiveError, Session, parse_message
 from web.sessions.live_guard import Refusal, address_key, close_reason, screen
+
+log = logging.getLogger("ce.live")
 
 
 @dataclass
@@ -52,15 +55,41 @@ class Connection:
 
 async def on_heartbeat(conn: Connection, message: dict[str, Any]) -> None:
     relay, session = conn.relay, conn.session
+    first = session.node_id is None
     node_id = session.heartbeat(message.get("heartbeat"))
     if not relay.atlas.heartbeat(node_id, time.time(), session.rtt_ms):
         raise LiveError("unknown_node", "post a profile (POST /v1/profiles) before heartbeats")
+    if first:
+        await bind(conn, node_id)
     relay.metrics.heartbeats += 1
     if conn.challengee is not None:
         conn.challengee.node_id = node_id
     if relay.cluster is not None:
         relay.cluster.local_heartbeat(node_id, time.time())
     await conn.ws.send_json({"type": "ack", "seq": session.last_seq})
+
+
+async def bind(conn: Connection, node_id: str) -> None:
+    """One key is one node: a session whose first signed heartbeat names a node that already has a live session
+    here supersedes that one. Both are told (the older is closed with code 4409 "superseded", and a client
+    that gets it stops instead of reconnecting: two processes with one key would otherwise take turns forever);
+    before, a second `ce-bench node` with a running `up`'s key went live beside it without a word."""
+    older: Connection | None = conn.relay.bound.get(node_id)
+    conn.relay.bound[node_id] = conn
+    if older is None or older is conn:
+        return
+    conn.relay.metrics.superseded += 1
+    await older.send({"type": "error", "code": "superseded",
+                      "detail": f"another session of this node ({node_id}, the same key) connected from "
+                                f"{conn.address}: one key is one node, so this session is closed. Two processes "
+                                "share this key: stop one, or give it its own key (ce-bench keys rotate)."})
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        await older.ws.close(code=4409, reason="superseded by a newer session of this node")
+    await conn.send({"type": "notice", "code": "superseded_older",
+                     "detail": f"this node ({node_id}) had a live session from {older.address}; it was closed: "
+                               "one key is one node. If another process uses this key, stop one of them."})
+    log.warning("a second session of one node superseded the first",
+                extra={"node": node_id, "older": older.address, "newer": conn.address})
 
 
 def answering_a_challenge(conn: Connection) -> bool:
@@ -327,6 +356,8 @@ async def session(conn: Connection) -> None:
         pass
     finally:
         ping_task.cancel()
+        if conn.session.node_id is not None and relay.bound.get(conn.session.node_id) is conn:
+            del relay.bound[conn.session.node_id]
         relay.challenges.bye(conn.session.session)
         relay.jobs.leave(conn.session.session)  # its running tasks are placed again
         relay.metrics.ws_sessions -= 1

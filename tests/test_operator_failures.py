@@ -1,0 +1,133 @@
+"""Loud failures at start (issue 47): a port another process holds, a NATS server nobody answers on, and one key
+used by two nodes, each against the real `ce-bench` command or a real relay process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from capsule.signing import sign
+from common.keys import NodeKey
+from host_runner.live_client import LiveSession
+from host_runner.relay_client import fetch_beacon, post_profile
+from tests.relay_process import CLI, RelayProcess, free_port
+
+
+def held_port() -> tuple[socket.socket, int]:
+    """A loopback port a listening socket of this test holds (another relay, to the command under test)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", free_port()))
+    sock.listen(1)
+    return sock, sock.getsockname()[1]
+
+
+def test_a_relay_on_a_port_another_process_holds_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    """Before: "relay started", then the bind error, exit 3, and a new key written into --data-dir."""
+    sock, port = held_port()
+    with sock:
+        result = subprocess.run([CLI, "relay", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (f"ce-bench: error: cannot listen on 127.0.0.1:{port}: another process listens "
+                                     "there (a relay already running? pick another --port)"), result.stderr
+    assert not (tmp_path / "data").exists()  # no key, no store
+
+
+def test_up_on_a_port_another_process_holds_measures_and_posts_nothing(tmp_path: Path) -> None:
+    """Before: `up` measured anyway, posted this machine's profile to the relay on that port and exited 0."""
+    sock, port = held_port()
+    with sock:
+        started = time.monotonic()
+        result = subprocess.run([CLI, "up", "--port", str(port), "--data-dir", str(tmp_path / "data"), "--no-gpu"],
+                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        took = time.monotonic() - started
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "join:" not in result.stdout and "Traceback" not in result.stderr
+    assert not (tmp_path / "data").exists()
+    assert took < 30, took  # failed at the start: a measurement alone takes longer than the relay's import
+
+
+def test_an_unreachable_nats_server_is_waited_for_then_named_in_one_line(tmp_path: Path) -> None:
+    """Before: "nats error ... Connection refused" twice a second forever."""
+    url = f"nats://127.0.0.1:{free_port()}"  # nothing listens there
+    result = subprocess.run([CLI, "relay", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
+                             "--nats", url, "--nats-connect-wait-s", "3"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert any(line.startswith(f"waiting for NATS at {url}") for line in lines), lines
+    assert lines[-1].startswith(f"ce-bench: error: NATS at {url} cannot be reached (") and "after 3 s" in lines[-1]
+    assert "Traceback" not in result.stderr and len(lines) <= 6, lines
+
+
+def test_sigterm_ends_a_relay_waiting_for_nats(tmp_path: Path) -> None:
+    """Before: only kill -9 stopped a relay whose NATS server was down."""
+    url = f"nats://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([CLI, "relay", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
+                             "--nats", url, "--nats-connect-wait-s", "120"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the event: it is waiting
+        assert first.startswith("waiting for NATS"), first
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def registered(relay: RelayProcess, profile: dict[str, Any], key: NodeKey) -> None:
+    body = {k: v for k, v in profile.items() if k != "sig"}
+    beacon = fetch_beacon(relay.url)
+    body.update(node_id=key.node_id, measured_at=int(time.time()),
+                beacon={k: beacon[k] for k in ("relay", "round", "value")})
+    post_profile(relay.url, sign("NodeProfile", body, key))
+
+
+def superseded_total(relay: RelayProcess) -> float:
+    text = urllib.request.urlopen(relay.url + "/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("ce_relay_sessions_superseded_total"))
+
+
+def until(what: str, within_s: float, check: Any) -> Any:
+    deadline = time.monotonic() + within_s
+    while not (got := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+    return got
+
+
+def test_one_key_is_one_node_a_second_session_supersedes_the_first(tmp_path: Path,
+                                                                    machine_profile: dict[str, Any]) -> None:
+    """Before: a second `ce-bench node` with a running `up`'s key went live beside it without a word. Now the
+    newer session takes the node, the older is told why and stops (no reconnect: the two would take turns),
+    and the relay counts it on /metrics."""
+    key = NodeKey.generate()
+    with RelayProcess(tmp_path / "relay", "--heartbeat-interval", "0.5") as relay:
+        registered(relay, json.loads(json.dumps(machine_profile)), key)
+        older = LiveSession(relay.url, key).start()
+        newer = None
+        try:
+            until("the first session is live", 30, lambda: older.acks >= 1)
+            assert superseded_total(relay) == 0
+            said: list[str] = []
+            newer = LiveSession(relay.url, key, say=said.append).start()
+            until("the older session is told", 30, lambda: older.superseded is not None)
+            assert "one key is one node" in (older.superseded or "")
+            until("the newer session is told", 30, lambda: any("one key is one node" in line for line in said))
+            acks = newer.acks
+            until("the newer session stays live", 30, lambda: newer is not None and newer.acks >= acks + 3)
+            assert superseded_total(relay) == 1  # the older did not come back to take the node again
+            assert relay.get(f"/v1/nodes/{key.node_id}")[1]["status"]["online"]
+        finally:
+            older.stop()
+            if newer is not None:
+                newer.stop()
