@@ -88,7 +88,8 @@ def main() -> None:
 @main.command()
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("profile.json"),
               show_default=True, help="where the signed NodeProfile is written")
-@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, help="relay to take the beacon from and report the profile to")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True,
+              help="relay to take the beacon from and report the profile to")
 @click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True,
               help="capsule budget per phase (whole-CPU phase, then one core alone)")
 @click.option("--instances", type=click.IntRange(1, 4096), help="capsule instances for the whole-CPU figure "
@@ -143,7 +144,8 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
 
 
 @main.command("node")
-@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True, help="the relay this node registers with and stays live on")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True,
+              required=True, help="the relay this node registers with and stays live on")
 @click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True,
               help="capsule budget per phase of each measurement")
 @click.option("--no-gpu", is_flag=True, help="skip the GPU probes")
@@ -203,7 +205,8 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
 
 @main.command("status")
 @click.argument("node_id", required=False)
-@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True, help="the relay whose view to show")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True,
+              required=True, help="the relay whose view to show")
 @click.option("--json", "as_json", is_flag=True, help="print the view as one JSON object")
 def status_cmd(node_id: str | None, relay: str, as_json: bool) -> None:
     """The relay's view of a node (default: this machine's key): trust status and reason, proven vs claimed
@@ -303,7 +306,8 @@ def job() -> None:
 
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True, help="the relay that takes the job")
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True,
+              required=True, help="the relay that takes the job")
 @click.option("--wait", is_flag=True, help="follow the job until it ends; exit 0 only if every task was accepted")
 @click.option("--json", "json_out", is_flag=True, help="print JSON (the job's id; with --wait, its final state)")
 def job_submit(manifest: Path, relay: str, wait: bool, json_out: bool) -> None:
@@ -337,7 +341,8 @@ def _job_end(state: dict[str, Any], json_out: bool) -> None:
 
 @job.command("status")
 @click.argument("job_id")
-@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True)
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True,
+              required=True)
 @click.option("--follow", "follow_", is_flag=True, help="follow the job until it ends")
 @click.option("--json", "json_out", is_flag=True)
 def job_status(job_id: str, relay: str, follow_: bool, json_out: bool) -> None:
@@ -360,7 +365,8 @@ def job_status(job_id: str, relay: str, follow_: bool, json_out: bool) -> None:
 
 @job.command("cancel")
 @click.argument("job_id")
-@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True, required=True)
+@click.option("--relay", metavar="URL", envvar="CE_RELAY", show_envvar=True,
+              required=True)
 def job_cancel(job_id: str, relay: str) -> None:
     """Cancel a job you submitted: tasks not finished stop."""
     from host_runner.job_client import JobClient

@@ -531,6 +531,5 @@ class LiveSession:
                         if self.say is not None:
                             self.say(f"stopped: {self.superseded}")
                         self._stop.set()
-                elif message.get("type") == "notice":
-                    if self.say is not None:
-                        self.say(str(message.get("detail") or message.get("code")))
+                elif message.get("type") == "notice" and self.say is not None:
+                    self.say(str(message.get("detail") or message.get("code")))

@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from cebench.cli import main
+import cebench.cli  # noqa: F401  (registers relay and up on main)
+from host_runner.cli import main  # with every command (cebench.cli adds relay and up to it)
 from tests.nats_process import NATS_SERVER
 
 ROOT = Path(__file__).resolve().parents[1]

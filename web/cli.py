@@ -223,6 +223,10 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def key_hint(exc: KeyFileError) -> str:
+    return "" if "chmod" in str(exc) else "; move it away and restart to make a new one (a new relay id)"
+
+
 def relay_id(config: RelayConfig) -> str:
     """The relay's id (its key's NodeId; the key is made here on a first start)."""
     from common.keys import load_or_create
@@ -230,7 +234,7 @@ def relay_id(config: RelayConfig) -> str:
     try:
         return load_or_create(config.data_dir / "relay.key").node_id
     except KeyFileError as exc:
-        raise UserError(f"relay key: {exc}") from None
+        raise UserError(f"relay key: {exc}{key_hint(exc)}") from None
     except OSError as exc:
         raise UserError(f"cannot write the relay key in {config.data_dir}: {exc.strerror}") from None
 
@@ -248,8 +252,7 @@ def serve(config: RelayConfig, log_level: str, tls: tuple[Path, Path] | None = N
     try:
         app = create_app(config)
     except KeyFileError as exc:
-        hint = "" if "chmod" in str(exc) else "; move it away and restart to make a new one (a new relay id)"
-        raise UserError(f"relay key: {exc}{hint}") from None
+        raise UserError(f"relay key: {exc}{key_hint(exc)}") from None
     except (OSError, sqlite3.Error) as exc:
         raise UserError(f"cannot open the relay's data directory {config.data_dir}: {exc}") from None
     try:

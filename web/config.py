@@ -38,8 +38,8 @@ class RelayConfig:
     nats_bucket: str = "ce-atlas"
     # Dispatched work (web/jobs/config.py: submitters, quotas, audit share, deadlines)
     jobs: JobsConfig = field(default_factory=JobsConfig)
-    # A cluster that grows by region (web/cluster/regions.py, docs/manual.md "Sizing a cluster"): this relay's region. Its
-    # liveness digests, link samples and challenge transcripts stay on the region's subjects (NATS forwards
+    # A cluster that grows by region (web/cluster/regions.py, docs/manual.md "Sizing a cluster"): this relay's
+    # region. Its liveness digests, link samples and challenge transcripts stay on the region's subjects (NATS forwards
     # them over a leaf connection only where someone subscribes), and its roll-call totals are published for
     # the other regions to sum. None: one flat cluster, every subject shared.
     region: str | None = None
