@@ -15,6 +15,8 @@ import click
 
 from common.errors import UserError
 from host_runner.cli import DEFAULT_CAPSULE, checked_capsule, load_key, main
+from host_runner.listings import nodes as listing_nodes
+from host_runner.listings import roll_calls as listing_roll_calls
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import RelayError, fetch_beacon, post_profile, trust_certificate
@@ -25,6 +27,8 @@ from web.cluster.nats_auth import check as check_nats
 from web.config import RelayConfig
 
 main.add_command(relay_cmd)
+main.add_command(listing_nodes)
+main.add_command(listing_roll_calls)
 
 
 @main.command("up")

@@ -25,7 +25,7 @@ from host_runner.relay_client import (
     RelayError,
     fetch_beacon,
     forget_superseded,
-    post_profile,
+    post_profile_told,
     resend_outbox,
     save_to_outbox,
 )
@@ -286,7 +286,8 @@ class Agent:
 
     def _publish(self, profile: dict[str, Any]) -> bool:
         try:
-            post_profile(self.relay, profile)
+            for warning in post_profile_told(self.relay, profile)[1]:
+                self.say(f"the relay says: {warning}")
         except RelayError as exc:
             if exc.retryable:
                 kept = save_to_outbox(profile)

@@ -21,7 +21,7 @@ from host_runner.relay_client import (
     fetch_beacon,
     forget_superseded,
     local_beacon,
-    post_profile,
+    post_profile_told,
     resend_outbox,
     save_to_outbox,
 )
@@ -134,8 +134,10 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
     console.print(f"signed NodeProfile written to {out}")
     if relay:
         try:
-            status = post_profile(relay, result.profile)
+            status, warnings = post_profile_told(relay, result.profile)
             console.print(f"reported to {relay} ({status})")
+            for warning in warnings:
+                console.print(f"[yellow]the relay says: {warning}[/yellow]")
             for line in forget_superseded(result.profile):
                 console.print(f"outbox: {line}")
         except RelayError as exc:

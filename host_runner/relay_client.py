@@ -97,9 +97,19 @@ def local_beacon(key: NodeKey) -> dict[str, Any]:
 
 def post_profile(relay: str, profile: dict[str, Any]) -> int:
     """POST /v1/profiles; returns the 2xx status or raises RelayError (retryable for network/5xx)."""
+    return post_profile_told(relay, profile)[0]
+
+
+def post_profile_told(relay: str, profile: dict[str, Any]) -> tuple[int, list[str]]:
+    """post_profile, with what the relay said about the profile it took (its "warnings": figures below the
+    profile it replaced)."""
     status, body = _request(relay.rstrip("/") + "/v1/profiles", json.dumps(profile).encode())
     if 200 <= status < 300:
-        return status
+        try:
+            said = json.loads(body).get("warnings") if body else None
+        except (ValueError, AttributeError):
+            said = None
+        return status, [str(w) for w in said] if isinstance(said, list) else []
     raise RelayError(f"relay {relay} refused the profile ({status}): {_problem(body)}",
                      retryable=status >= 500 or status == 429, code=_problem_code(body))
 

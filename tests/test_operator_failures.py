@@ -134,3 +134,46 @@ def test_one_key_is_one_node_a_second_session_supersedes_the_first(tmp_path: Pat
             older.stop()
             if newer is not None:
                 newer.stop()
+
+
+def test_a_lower_profile_replacing_a_higher_one_is_said(tmp_path: Path, machine_profile: dict[str, Any]) -> None:
+    """Before: a second node with one key, measured under load (1 core, 19.5 GFLOP/s), silently replaced the
+    better profile (2 cores, 64.3). The relay still takes it (machines change), and says so to the poster."""
+    from host_runner.relay_client import post_profile_told
+
+    key = NodeKey.generate()
+    with RelayProcess(tmp_path / "relay") as relay:
+        beacon = fetch_beacon(relay.url)
+        told = []
+        for i, share in enumerate((1.0, 0.3, 0.9)):  # the first stored, the second lower, the third not lower
+            body = {k: v for k, v in json.loads(json.dumps(machine_profile)).items() if k != "sig"}
+            body["cpu"]["gflops_fp32"] = round(share * machine_profile["cpu"]["gflops_fp32"], 3)
+            body.update(node_id=key.node_id, measured_at=int(time.time()) - 30 + i,
+                        beacon={k: beacon[k] for k in ("relay", "round", "value")})
+            told.append(post_profile_told(relay.url, sign("NodeProfile", body, key)))
+    assert [status for status, _ in told] == [201, 200, 200]
+    assert told[0][1] == [] and told[2][1] == []  # 0.9 of the first is not below 0.8 of the second's 0.3
+    assert len(told[1][1]) == 1 and "another machine using this key" in told[1][1][0], told
+
+
+def test_nodes_and_roll_calls_list_what_the_relay_holds(tmp_path: Path, machine_profile: dict[str, Any]) -> None:
+    """`ce-bench nodes` and `ce-bench roll-calls` (issue 47: listings people expect beside status), against a real
+    relay: the node just posted is listed with its claim and status; CE_RELAY stands for --relay; a relay that
+    is not there is one line, exit 1."""
+    import os
+
+    key = NodeKey.generate()
+    with RelayProcess(tmp_path / "relay") as relay:
+        registered(relay, json.loads(json.dumps(machine_profile)), key)
+        env = {**os.environ, "CE_RELAY": relay.url}
+        listed = subprocess.run([CLI, "nodes"], capture_output=True, text=True, timeout=60, env=env)
+        calls = subprocess.run([CLI, "roll-calls", "--json"], capture_output=True, text=True, timeout=60, env=env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.strip().splitlines()
+    assert lines[0].split()[:3] == ["node", "status", "cores"] and len(lines) == 2, lines
+    assert lines[1].startswith("…" + key.node_id[-12:]) and "unverified" in lines[1]
+    assert f"{machine_profile['cpu']['gflops_fp32']:,.1f}" in lines[1]
+    assert calls.returncode == 0 and "roll_calls" in json.loads(calls.stdout), calls.stderr
+    gone = subprocess.run([CLI, "nodes", "--relay", f"http://127.0.0.1:{free_port()}"], capture_output=True,
+                          text=True, timeout=60)
+    assert gone.returncode == 1 and gone.stderr.startswith("ce-bench: error: relay ") and "Traceback" not in gone.stderr

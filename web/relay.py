@@ -19,7 +19,7 @@ from web.api.ingest import BeaconBook, Ingest, parse_json
 from web.api.metrics import Metrics
 from web.api.problems import Problem
 from web.api.ratelimit import TokenBuckets
-from web.api.summary import ProfileSummary
+from web.api.summary import ProfileSummary, lower_figures
 from web.api.verify_pool import VerifyPool
 from web.beacon import next_round
 from web.config import RelayConfig
@@ -279,6 +279,10 @@ class Relay:
             raise Problem(503, "store_unavailable", "the relay cannot store profiles right now", str(exc)) from None
         finally:
             self._inflight.discard(node_id)
+        before = self.atlas.nodes.get(node_id)
+        warnings = lower_figures(before.profile, summary) if before is not None and replaced else []
+        if warnings:
+            log.warning("a profile replaced a higher one", extra={"node_id": node_id, "warnings": warnings})
         self.atlas.put(summary, self.relay_id, now)
         self.challenges.refresh(node_id, now)  # a new claim is judged against what was observed
         log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
@@ -287,7 +291,8 @@ class Relay:
         if self.mesh is not None and not from_mesh:
             self.mesh.publish_profile(body)
         return (200 if replaced else 201), {"node_id": node_id, "measured_at": summary.measured_at,
-                                            "status": "replaced" if replaced else "stored"}
+                                            "status": "replaced" if replaced else "stored",
+                                            **({"warnings": warnings} if warnings else {})}
 
     def history(self, node_id: str, limit: int) -> list[dict[str, Any]]:
         return [{**json.loads(body), "at": at, "event": kind} for at, kind, body in self.store.history(node_id, limit)]

@@ -123,3 +123,20 @@ class ProfileSummary:
         if "gpu_mtflops" in contribution:
             contribution["gpu_utflops"] = contribution.pop("gpu_mtflops") * (MICRO // MILLI)
         return ProfileSummary(**{**data, "contribution": Contribution(**contribution)})
+
+
+# A profile whose figures fall below this share of the one it replaces is said to be lower (POST /v1/profiles
+# "warnings"): a machine measured under load, or another machine using this key.
+LOWER_SHARE = 0.8
+
+
+def lower_figures(old: ProfileSummary, new: ProfileSummary) -> list[str]:
+    """What the new profile claims below LOWER_SHARE of the profile it replaces, one line each (empty: none).
+    The relay still takes it (a machine may have changed); the poster and the relay's log are told."""
+    said = []
+    for name, unit, before, after in (("CPU", "GFLOP/s", old.gflops_fp32, new.gflops_fp32),
+                                      ("reference model", "tokens/s", old.tokens_per_sec, new.tokens_per_sec)):
+        if before and after is not None and after < LOWER_SHARE * before:
+            said.append(f"this profile claims {after:.1f} {unit} ({name}); it replaces one of {before:.1f} measured "
+                        f"at {old.measured_at}: measured under load, or another machine using this key?")
+    return said
