@@ -1,5 +1,5 @@
-"""Tokens/s of identities of one machine against one honest node, on one relay and on a two-relay cluster
-(issue 45).
+"""Tokens/s of identities of one machine against one honest node, on one relay, on a two-relay cluster and
+across two regions (issue 45).
 
     .venv/bin/python bench/tokens_identities.py [--roll-calls 4]
 
@@ -10,7 +10,7 @@ reference, measured in the same run: one honest node (that profile, a LiveSessio
 the capsule's reactor, as `ce-bench node` does), its counted tokens/s at each roll call. Then 2 and 4 identities
 of the same machine, each claiming one stream at the one-stream rate (what a node of one stream honestly
 claims), answering at once: the sum of their counted tokens/s per roll call that asked them all. On one relay,
-then on two relays of a NATS cluster (identities split between them). Prints each roll call's figure, the
+then on two relays of a NATS cluster, then on two regions (identities split between them). Prints each roll call's figure, the
 median and the ratio to the honest node's median; the Done-when: identities <= 1.25x, honest >= 0.9 of its
 claim. The CPU model and date with the figures.
 """
@@ -36,6 +36,7 @@ from host_runner.live_client import LiveSession  # noqa: E402
 from host_runner.node import RunOptions, measure  # noqa: E402
 from host_runner.relay_client import fetch_beacon, local_beacon, post_profile  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
+from tests.nats_regions import NatsRegions  # noqa: E402
 from tests.relay_process import RelayProcess, start_all  # noqa: E402
 
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
@@ -134,6 +135,17 @@ def main() -> None:
         keys = [load_or_create(base / f"c{i}" / "relay.key") for i in range(2)]
         with NatsProcess(base / "nats") as nats:
             relays = start_all([RelayProcess(base / f"c{i}", *ROLL, "--nats", nats.url,
+                                             "--cluster-peer", keys[1 - i].node_id) for i in range(2)])
+            try:
+                run(relays, measured, args.roll_calls)
+            finally:
+                for r in relays:
+                    r.stop()
+        print("two regions (a hub and a leaf nats-server per region; one relay in each, identities split):")
+        keys = [load_or_create(base / f"g{i}" / "relay.key") for i in range(2)]
+        (base / "regions").mkdir()
+        with NatsRegions(base / "regions", ["eu", "us"]) as regions:
+            relays = start_all([RelayProcess(base / f"g{i}", *ROLL, *regions.relay_args(("eu", "us")[i]),
                                              "--cluster-peer", keys[1 - i].node_id) for i in range(2)])
             try:
                 run(relays, measured, args.roll_calls)
