@@ -4,6 +4,7 @@ used by two nodes, each against the real `ce-bench` command or a real relay proc
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import socket
 import subprocess
@@ -177,3 +178,40 @@ def test_nodes_and_roll_calls_list_what_the_relay_holds(tmp_path: Path, machine_
     gone = subprocess.run([CLI, "nodes", "--relay", f"http://127.0.0.1:{free_port()}"], capture_output=True,
                           text=True, timeout=60)
     assert gone.returncode == 1 and gone.stderr.startswith("ce-bench: error: relay ") and "Traceback" not in gone.stderr
+
+
+def test_version_and_log_lines_for_a_person_or_a_collector() -> None:
+    """`ce-bench --version` names the package and the capsule; log lines are JSON for a collector (stderr not
+    a terminal, or CE_LOG_JSON=1) and one readable line with the same fields on a terminal."""
+    from web.api import logs
+
+    version = subprocess.run([CLI, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("ce-bench 1.") and "(capsule " in version.stdout
+    record = logging.LogRecord("ce.relay", logging.WARNING, "x", 1, "relay started", None, None)
+    record.relay = "12D3KooWX"
+    assert json.loads(logs.JsonFormatter().format(record))["relay"] == "12D3KooWX"
+    human = logs.HumanFormatter().format(record)
+    assert human.endswith("warning  relay started  relay=12D3KooWX") and "{" not in human
+    ce = logging.getLogger("ce")
+    saved = (ce.handlers[:], ce.level, ce.propagate)
+    try:
+        formatters = [configured(tty, env) for tty, env in ((True, {}), (False, {}), (True, {"CE_LOG_JSON": "1"}))]
+    finally:
+        ce.handlers[:], ce.level, ce.propagate = saved
+    assert [type(f) for f in formatters] == [logs.HumanFormatter, logs.JsonFormatter, logs.JsonFormatter]
+
+
+def configured(tty: bool, env: dict[str, str]) -> logging.Formatter | None:
+    """The formatter web/api/logs.configure picks with stderr a terminal or not and this environment."""
+    import io
+    import os
+    from unittest import mock
+
+    from web.api import logs
+
+    stream = io.StringIO()
+    outside = {k: v for k, v in os.environ.items() if k != "CE_LOG_JSON"}
+    with (mock.patch.object(stream, "isatty", return_value=tty), mock.patch("sys.stderr", stream),
+          mock.patch.dict(os.environ, {**outside, **env}, clear=True)):
+        logs.configure("info")
+    return logging.getLogger("ce").handlers[0].formatter
