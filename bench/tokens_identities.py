@@ -10,9 +10,9 @@ reference, measured in the same run: one honest node (that profile, a LiveSessio
 the capsule's reactor, as `ce-bench node` does), its counted tokens/s at each roll call. Then 2 and 4 identities
 of the same machine, each claiming one stream at the one-stream rate (what a node of one stream honestly
 claims), answering at once: the sum of their counted tokens/s per roll call that asked them all. On one relay,
-then on two relays of a NATS cluster, then on two regions (identities split between them). Prints each roll call's figure, the
-median and the ratio to the honest node's median; the Done-when: identities <= 1.25x, honest >= 0.9 of its
-claim. The CPU model and date with the figures.
+then on two relays of a NATS cluster, then on two regions (identities split between them). Prints each roll
+call's figure, the median and the ratio to the honest node's median; the Done-when: identities <= 1.25x,
+honest >= 0.9 of its claim. The CPU model and date with the figures.
 """
 
 from __future__ import annotations

@@ -80,7 +80,8 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
   const prober = peerReport && typeof RTCPeerConnection === "function" ? peerProber(nodeId, key, py, send, peerReport) : null;
   let named = false; // a heartbeat of this connection named the node (peer probes need it)
   const hello = () => {
-    const kinds = ["sgemm", "llm", ...(gpuAnswerer ? ["gpu"] : [])];
+    // "llm-rank": this page decodes as the relay checks (seeded rank sampling); "llm" alone is an older client
+    const kinds = ["sgemm", "llm-rank", ...(gpuAnswerer ? ["gpu"] : [])];
     if (answerer && ws && ws.readyState === WebSocket.OPEN) {
       ws.send(JSON.stringify({ type: "hello", answers: document.hidden ? [] : kinds, withdrawable: answerer.withdrawable === true }));
     }

@@ -53,6 +53,14 @@ LLM_PROMPT = 32              # the prompt tokens of each sequence (capsule/kerne
 LLM_PER_SEQ = 224            # CE_LLMC_PER_SEQ: tokens decoded per sequence before the next prompt
 LLM_VOCAB = 32000            # CE_LLM_VOCAB: token ids are in [0, LLM_VOCAB)
 LLM_MAX_TOKENS = 8192        # the most tokens one challenge asks (~58 KB of JSON, web/sessions/live_guard.py)
+# The most tokens one reference-model answer holds over all its streams (each stream at most LLM_MAX_TOKENS):
+# ~200 KB of JSON. A claim beyond LLM_MAX_ANSWER_TOKENS / work_s (~21,000 tokens/s at 1.5625 s) is asked for
+# this many and counted at most this many per second of the target (docs/protocol.md).
+LLM_MAX_ANSWER_TOKENS = 32768
+# The hello answer of a client that decodes as the relay checks (seeded rank sampling, capsule/kernels/llm.h). A
+# client that says only "llm" decodes greedily (before issue 45): it gets no reference-model challenge (its
+# tokens/s counts nothing) instead of failing every check as wrong_tokens and being flagged for it.
+LLM_ANSWER = "llm-rank"
 
 
 def tokens_for(claimed_tokens_per_sec: float, target_s: float) -> int:

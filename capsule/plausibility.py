@@ -64,9 +64,9 @@ def check(profile: NodeProfile) -> Implausible | None:
         ("$.cpu.mem_bw_gbps", profile.cpu.mem_bw_gbps, min(cores * CORE_MEM_BW_GBPS_MAX, MACHINE_MEM_BW_GBPS_MAX),
          f"{cores} core(s) x {CORE_MEM_BW_GBPS_MAX:g} GB/s per core, at most {MACHINE_MEM_BW_GBPS_MAX:g} GB/s "
          "(8 sockets of HBM-equipped CPUs)"),
-        ("$.llm.tokens_per_sec", profile.llm.tokens_per_sec, (profile.llm.streams or 1) * TOKENS_PER_SEC_MAX,
-         f"{profile.llm.streams or 1} stream(s), each one core's {CORE_GFLOPS_MAX:g} GFLOP/s over "
-         f"2 x {REF_MODEL_PARAMS:g} flops per decoded token"),
+        ("$.llm.tokens_per_sec", profile.llm.tokens_per_sec, min(profile.llm.streams or 1, cores) * TOKENS_PER_SEC_MAX,
+         f"{min(profile.llm.streams or 1, cores)} stream(s) (at most one per core), each one core's "
+         f"{CORE_GFLOPS_MAX:g} GFLOP/s over 2 x {REF_MODEL_PARAMS:g} flops per decoded token"),
         ("$.llm.tokens_per_sec_one_stream", profile.llm.tokens_per_sec_one_stream, TOKENS_PER_SEC_MAX,
          f"one core's {CORE_GFLOPS_MAX:g} GFLOP/s over 2 x {REF_MODEL_PARAMS:g} flops per decoded token"),
         ("$.storage.write_mbps", profile.storage.write_mbps, STORAGE_WRITE_MBPS_MAX,

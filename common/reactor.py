@@ -208,8 +208,8 @@ class Reactor:
         return self._view(ptr, dtype, int(np.prod(shape))).reshape(shape).copy()
 
     def llm_token_hash(self, seed: int, decode: int) -> str:
-        """A reference-model challenge (ce_llm_challenge: the model and prompt of seed, `decode` greedy
-        steps): the token_ids_sha256 a node commits to and a relay recomputes."""
+        """The legacy reference-model challenge (ce_llm_challenge: the model and prompt of seed, `decode` greedy
+        steps): a token_ids_sha256. No relay takes a token hash any more (outdated_client); kept for benches."""
         buf = int(self.call("ce_alloc", 65))
         try:
             rc = int(self.call("ce_llm_challenge", seed & 0xFFFFFFFF, seed >> 32, decode, buf))
@@ -227,7 +227,8 @@ class Reactor:
             raise CapsuleError("wasm memory exhausted making the reference model")
 
     def llm_next(self) -> int:
-        """The challenge's next greedy token (one forward pass; a new sequence's prompt first every 224)."""
+        """The challenge's next token (one forward pass, the token at the rank its seed draws: seeded rank
+        sampling, capsule/kernels/llm.h; a new sequence's prompt first every 224)."""
         token = int(self.call("ce_llmc_next"))
         if token < 0:
             raise CapsuleError("no reference-model challenge was begun on this reactor")

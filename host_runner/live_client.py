@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
-from capsule.challenge import LLM_MAX_TOKENS
+from capsule.challenge import LLM_ANSWER, LLM_MAX_TOKENS
 from capsule.cpu_challenge import leaf_form_offered
 from capsule.model import LINK_RTT_MAX_MS, LINK_RTT_MIN_MS
 from capsule.signing import Signer, check_signature, default_verify, node_id, sign
@@ -421,7 +421,7 @@ class LiveSession:
     @property
     def answers(self) -> list[str]:
         """The kinds this session answers (its hello): "gpu" only with a GpuContext."""
-        return ["sgemm", "llm"] + (["gpu"] if self.gpu is not None else [])
+        return ["sgemm", LLM_ANSWER] + (["gpu"] if self.gpu is not None else [])
 
     def hello(self, answers: list[str]) -> None:
         """Says hello again on the current connection: fewer answers opt out of those challenges (a hidden

@@ -1,7 +1,7 @@
-"""Real nats-servers for a cluster that grows by region (web/cluster/regions.py, docs/manual.md "Sizing a cluster"): a hub with
-JetStream (domain "hub": the cluster's buckets) and one server per region, each a leaf node of the hub. NATS
-forwards a message over a leaf connection only where the other side has interest, so what one region's
-relays subscribe to alone never leaves it."""
+"""Real nats-servers for a cluster that grows by region (web/cluster/regions.py, docs/manual.md "Sizing a
+cluster"): a hub with JetStream (domain "hub": the cluster's buckets) and one server per region, each a leaf
+node of the hub. NATS forwards a message over a leaf connection only where the other side has interest, so what
+one region's relays subscribe to alone never leaves it."""
 
 from __future__ import annotations
 

@@ -60,3 +60,39 @@ def odds_table() -> dict[str, Any]:
     from web.config import RelayConfig
 
     return dict(odds(RelayConfig())["checks"]["llm"])
+
+
+def test_an_answer_of_two_streams_is_checked_in_the_stream_its_token_lies_in(answers: Any, artifacts: Any) -> None:
+    """Aggregate decode (issue 45): a two-stream answer, each stream decoded on the real reactor from its own seed,
+    passes the relay's check at every drawn index; the same answer with its streams swapped, or one token of the
+    second stream guessed, fails where the drawn token lies (each stream is checked against its own seed)."""
+    import random
+
+    from tests.llm_guessers import BEACON, CONFIG, SENT
+    from web.proof.challenges import checked_stream, new_llm_challenge, on_commit, token_mismatch
+
+    relay, _ = answers
+    node = Reactor(Path(artifacts.reactor))
+    ch = new_llm_challenge("node", 24.0, BEACON, "ab" * 16, 0.0, SENT, CONFIG, target_s=1.0, streams=2)
+    streams = []
+    for seed in ch.seeds:
+        node.llm_begin(seed)
+        streams.append([node.llm_next() for _ in range(6)])
+
+    def verdicts(tokens: list[list[int]]) -> dict[int, bool]:
+        out = {}
+        for draw in range(40):
+            c = new_llm_challenge("node", 24.0, BEACON, "ab" * 16, 0.0, SENT, CONFIG, target_s=1.0, streams=2)
+            on_commit(c, {"tokens": tokens}, SENT + 1.0, random.Random(draw), CONFIG)
+            seed, stream, at = checked_stream(c)
+            out[c.checked_token or 0] = token_mismatch(c, relay.llm_expected(seed, stream, at)) is None
+        return out
+
+    honest = verdicts(streams)
+    assert set(honest) == set(range(12)) and all(honest.values())  # every index drawn, every one passes
+    swapped = verdicts([streams[1], streams[0]])
+    assert not any(swapped.values())
+    guessed = [streams[0], streams[1][:3] + [(streams[1][3] + 1) % 32000] + streams[1][4:]]
+    caught = verdicts(guessed)
+    # the guess is caught at its index; the first stream and the second's tokens before the guess still pass
+    assert caught[6 + 3] is False and all(caught[j] for j in range(9))

@@ -465,7 +465,9 @@ def test_a_challenge_of_several_streams_asks_each_its_share_and_checks_one_token
         assert exc.value.code == "malformed_commit"
     capped = new_llm_challenge("node", 1e6, BEACON, NONCE, 0.0, SENT, CONFIG, streams=1000)
     assert len(capped.seeds) == CONFIG.challenge_max_instances
-    assert capped.decode * len(capped.seeds) <= 8192  # one frame's worth of ids in all
+    assert capped.decode * len(capped.seeds) <= 32768  # LLM_MAX_ANSWER_TOKENS: one frame's worth of ids in all
+    big = new_llm_challenge("node", 64 * 400.0, BEACON, NONCE, 0.0, SENT, CONFIG, target_s=1.0, streams=64)
+    assert big.decode == 400  # a 64-core server's streams each asked their share (not 8192 / 64 = 128)
 
 
 def test_the_seed_recipes_of_all_kinds_are_one() -> None:

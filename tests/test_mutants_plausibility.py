@@ -28,8 +28,8 @@ def typed(profile: dict[str, Any]) -> NodeProfile:
      "$.cpu.mem_bw_gbps = 500 exceeds 400: 2 core(s) x 200 GB/s per core, at most 8000 GB/s "
      "(8 sockets of HBM-equipped CPUs)"),
     ("llm.tokens_per_sec", 5000.0, "$.llm.tokens_per_sec", plausibility.TOKENS_PER_SEC_MAX,
-     "$.llm.tokens_per_sec = 5000 exceeds 3466.67: 1 stream(s), each one core's 104 GFLOP/s over 2 x 1.5e+07 "
-     "flops per decoded token"),
+     "$.llm.tokens_per_sec = 5000 exceeds 3466.67: 1 stream(s) (at most one per core), each one core's 104 GFLOP/s "
+     "over 2 x 1.5e+07 flops per decoded token"),
     ("llm.tokens_per_sec_one_stream", 5000.0, "$.llm.tokens_per_sec_one_stream", plausibility.TOKENS_PER_SEC_MAX,
      "$.llm.tokens_per_sec_one_stream = 5000 exceeds 3466.67: one core's 104 GFLOP/s over 2 x 1.5e+07 flops per "
      "decoded token"),
@@ -54,12 +54,16 @@ def test_the_refusal_names_the_bound_and_why(field: str, value: float, path: str
 
 
 def test_aggregate_tokens_per_sec_is_bounded_per_stream() -> None:
-    """Tokens/s is aggregate decode throughput (issue 45): k streams may show k x one core's bound, not more."""
-    four = mutated(PROFILE, "llm.streams", 4)
+    """Tokens/s is aggregate decode throughput (issue 45): k streams may show k x one core's bound, not more, and
+    never more streams than cores (a profile naming 256 streams on one core once passed at 870,400 tokens/s)."""
+    four = mutated(mutated(mutated(PROFILE, "llm.streams", 4), "cpu.cores", 4), "cpu.threads", 4)
     limit = 4 * plausibility.TOKENS_PER_SEC_MAX
     assert plausibility.check(typed(mutated(four, "llm.tokens_per_sec", limit))) is None
     found = plausibility.check(typed(mutated(four, "llm.tokens_per_sec", limit + 1)))
     assert found is not None and found.bound == limit
+    lying = mutated(mutated(PROFILE, "llm.streams", 256), "llm.tokens_per_sec", 256 * plausibility.TOKENS_PER_SEC_MAX)
+    found = plausibility.check(typed(lying))
+    assert found is not None and found.bound == PROFILE["cpu"]["cores"] * plausibility.TOKENS_PER_SEC_MAX
 
 
 def test_memory_bandwidth_is_capped_by_the_machine_not_the_core_count() -> None:

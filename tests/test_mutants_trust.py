@@ -252,7 +252,9 @@ def test_roll_calls_alone_do_not_verify_a_node_that_never_answered_a_solo_challe
                                                     "a node)")
     t.record(False, "late", None, 16.0, C)  # a solo challenge held back: a failure, still no solo pass
     assert t.judge(50.0, 16.0, C)[0] == "unverified"
-    t.record(True, "passed", 50.0, 17.0, C)  # a solo challenge answered
+    t.record(True, "passed", None, 16.5, C, observed_tps=300.0)  # a solo reference-model answer: not the claim
+    assert t.judge(50.0, 16.5, C)[0] == "unverified"
+    t.record(True, "passed", 50.0, 17.0, C)  # a solo SGEMM challenge answered
     assert t.judge(50.0, 17.0, C)[0] == "verified"
     assert Trust.from_state(json.loads(json.dumps(t.to_state()))).judge(50.0, 17.0, C)[0] == "verified"
     assert Trust.from_state({k: v for k, v in t.to_state().items() if k != "solo_passes"}).solo_passes == 0

@@ -25,7 +25,8 @@ void ce_llm_free(ce_llm *m);
 /* Number of fp32 parameters (for the report). */
 long ce_llm_param_count(void);
 /* Runs one token at position pos (0 <= pos < CE_LLM_SEQ_LEN) through the model, filling the KV cache,
- * and returns the greedy next token (argmax of the logits, lowest id on ties); -1 on a bad argument. */
+ * and returns the greedy next token (argmax of the logits, lowest id on ties: the legacy challenge's; the probe
+ * and the relay's challenge pick the next token with ce_llm_token_at_rank); -1 on a bad argument. */
 int ce_llm_forward(ce_llm *m, int token, int pos);
 
 /* Fills the KV cache for one token at pos without computing its output (no classifier, and the last layer

@@ -32,8 +32,9 @@ void ce_sgemm_inputs(uint64_t seed, int n, float *a, float *b);
 int ce_probe_stream(const ce_probe_config *config, ce_json *j);
 int ce_probe_disk(const ce_probe_config *config, ce_json *j);
 int ce_probe_llm(const ce_probe_config *config, ce_json *j);
-/* A relay's reference-model challenge: the model and prompt of seed, `decode` greedy steps, hex = sha256 of
- * the decoded ids. 0, 1 (out of memory) or 2 (decode out of range). */
+/* The legacy reference-model challenge (greedy; a token hash no relay takes any more, kept for benches): the
+ * model and prompt of seed, `decode` greedy steps, hex = sha256 of the decoded ids. 0, 1 (out of memory) or 2
+ * (decode out of range). */
 int ce_llm_challenge(uint64_t seed, int decode, char hex[65]);
 
 /* Checks the scratch directory before any probe runs, so a bad --dir fails fast: 0 = usable,

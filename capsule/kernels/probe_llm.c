@@ -133,8 +133,8 @@ int ce_probe_llm(const ce_probe_config *config, ce_json *j) {
     return 0;
 }
 
-/* A relay's reference-model challenge (web/proof/challenges.py): the model of `seed`, the probe's 32-token prompt
- * of that seed, then `decode` greedy steps; hex = sha256 of the decoded ids (uint32 LE), as the probe's
+/* The legacy reference-model challenge (greedy; a token hash no relay takes any more): the model of `seed`, the
+ * probe's 32-token prompt of that seed, then `decode` greedy steps; hex = sha256 of the decoded ids (uint32 LE), as the probe's
  * token_ids_sha256. Returns 0, 1 (out of memory) or 2 (decode outside [1, CE_LLM_SEQ_LEN - 32]). */
 int ce_llm_challenge(uint64_t seed, int decode, char hex[65]) {
     if (decode < 1 || decode > CE_LLM_SEQ_LEN - PROMPT) return 2;

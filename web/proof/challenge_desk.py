@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsule.challenge import ChallengeError
+from capsule.challenge import LLM_ANSWER, ChallengeError
 from common.reactor import CapsuleError, Reactor
 from web.cluster.handoff import adopt
 from web.map.stats import MICRO, Contribution
@@ -240,7 +240,7 @@ class ChallengeDesk:
         if not who.active:
             self._drop_proof(who.node_id, time.time())
         else:
-            if "llm" in who.answers and "llm" not in answers:
+            if LLM_ANSWER in who.answers and LLM_ANSWER not in answers:
                 self._drop_proof(who.node_id, time.time(), "tps")
             if "gpu" in who.answers and "gpu" not in answers:
                 self._drop_proof(who.node_id, time.time(), "gpu")
@@ -302,7 +302,7 @@ class ChallengeDesk:
             claim = entry.profile if entry else None
             if claim is None or claim.claimed_gflops is None:
                 continue
-            if llm_round and "llm" in who.answers and claim.claimed_tps:
+            if llm_round and LLM_ANSWER in who.answers and claim.claimed_tps:
                 ch = new_llm_challenge(who.node_id or "", claim.claimed_tps, beacon, secrets.token_hex(16),
                                        who.rtt_ms, time.perf_counter(), self.config, streams=claim.llm_streams)
             else:

@@ -24,11 +24,13 @@ for them (any other session owing an answer is not asked: `busy`). They are judg
 that names one anyway gets {"type": "withdrawn", "id": HEX, "detail": "..."}, once, and is recorded nowhere
 (web/proof/challenge_desk.py Challengee.make_way).
 
-A reference-model challenge (for sessions that answer "llm"): {"type": "challenge", "kind": "llm", "seeds":
-[HEX16], "decode": D, "stop_after_s": S (roll calls only), ...}; the node decodes greedily with the capsule's
-fixed reference model from the seed's prompts (capsule/kernels/llm_challenge.h: a new 32-token prompt every
-224 tokens), stops after D tokens or S seconds, and commits {"type": "commit", "id", "tokens": [ID, ...]}, the
-token ids themselves; there is no opening. Observed tokens/s = the tokens committed / the same timed window.
+A reference-model challenge (for sessions that answer "llm-rank"): {"type": "challenge", "kind": "llm", "seeds":
+[HEX16, ...] (one per decode stream the claim sums), "decode": D (per stream), "stop_after_s": S (roll calls only),
+...}; the node decodes every stream at once with the capsule's fixed reference model from its seed's prompts
+(capsule/kernels/llm_challenge.h: a new 32-token prompt every 224 tokens; each token at a rank the seed draws),
+stops after D tokens or S seconds, and commits {"type": "commit", "id", "tokens": [ID, ...]} (one stream) or
+{"tokens": [[ID, ...], ...]} (one list per seed), the token ids themselves; there is no opening. Observed
+tokens/s = the tokens committed (all streams) / the same timed window.
 The relay checks one token of every answer, drawn after it arrived (wrong_tokens when it differs): a token
 guessed instead of computed is caught with the chance of being drawn, so an answer counts in expectation no
 more than the tokens it computed, whatever identity sent it (web/proof/llm_checks.py).
@@ -54,7 +56,7 @@ import numpy as np
 
 from capsule import cpu_challenge, plausibility
 from capsule.challenge import (
-    LLM_MAX_TOKENS,
+    LLM_MAX_ANSWER_TOKENS,
     LLM_VOCAB,
     ChallengeError,
     challenge_size,
@@ -222,12 +224,13 @@ def new_llm_challenge(node_id: str, claimed_tps: float, beacon: dict[str, Any], 
                       stop_after_s: float | None = None, streams: int = 1) -> Challenge:
     """A reference-model challenge asking target_s of decoding at the claim (solo: challenge_target_s), split
     over the `streams` the claim sums (one seed each, decoded at once: the claim is aggregate throughput; at
-    most challenge_max_instances, and each stream's share of LLM_MAX_TOKENS). With stop_after_s (a roll call)
+    most challenge_max_instances; each stream at most LLM_MAX_TOKENS, all of them LLM_MAX_ANSWER_TOKENS). With
+    stop_after_s (a roll call)
     the node stops then and commits the tokens it has: as for SGEMM, the caller sizes the work beyond the
     deadline."""
     target = target_s if target_s is not None else config.challenge_target_s
-    k = max(1, min(streams, config.challenge_max_instances))
-    decode = min(tokens_for(claimed_tps / k, target), LLM_MAX_TOKENS // k)
+    k = max(1, min(streams, config.challenge_max_instances, LLM_MAX_ANSWER_TOKENS // 8))
+    decode = min(tokens_for(claimed_tps / k, target), LLM_MAX_ANSWER_TOKENS // k)
     return Challenge(nonce[:16], node_id, 0, 0, [instance_seed(beacon["value"], nonce, i) for i in range(k)],
                      beacon["round"], nonce, 0.0, now, rtt_ms or 0.0, kind="llm", decode=decode,
                      claimed_tps=claimed_tps, beacon_value=str(beacon["value"]), stop_after_s=stop_after_s)

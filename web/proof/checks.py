@@ -20,7 +20,7 @@ rows were right that counted nothing: the relay's own roll calls say how often, 
 
 A sampled check is only as strong as the cost of a new identity, and a new identity is cheap: a failed answer
 flags its identity for `trust_flag_hold_s`, and a replacement key counts from the first roll call it answers
-(its profile posted and a live session open: about a second after connecting). What keeps that harmless is
+(its profile posted and a live session open: the next roll call, every ~200 s on average). What keeps that harmless is
 that no answer goes unchecked and each is judged on its own: an SGEMM answer skipping a fraction f passes with
 (1 - f)^(2k) and then counts its work, so it counts in expectation at most the work done, and the reference
 model's check is on every answer. `trust_min_passes` solo challenges make a node `verified` (its page), which

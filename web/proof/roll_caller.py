@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from capsule.challenge import LLM_ANSWER
 from web.map.stats import MICRO
 from web.proof.challenges import Challenge, new_challenge, new_llm_challenge
 from web.proof.gpu_challenges import new_gpu_challenge
@@ -217,7 +218,7 @@ class RollCaller:
             claim = desk.core.atlas.nodes[node_id].profile
             if not claim.claimed_tps:
                 continue
-            withdrawn = who.make_way() if "llm" in who.answers else None
+            withdrawn = who.make_way() if LLM_ANSWER in who.answers else None
             if withdrawn is None:
                 desk._drop_proof(node_id, time.time(), "tps")  # claims tokens/s, did not show them now
                 continue

@@ -65,7 +65,7 @@ class Trust:
     tokens_checked: int = 0      # reference-model answers whose drawn token the relay checked and found equal
     roll_call_tokens_checked: int = 0  # of those, roll-call answers
     last_wrong_code: str | None = None
-    solo_passes: int = 0         # passed solo challenges (a roll call's answers pass with partial work)
+    solo_passes: int = 0         # passed solo SGEMM challenges (a roll call's answers pass with partial work)
 
     def to_state(self) -> dict[str, Any]:
         """Everything it holds, as JSON (the relay stores it with every result: start reads one row per node)."""
@@ -93,7 +93,7 @@ class Trust:
             self.passed += 1.0
             self.passes_total += 1
             self.last_pass_at = now
-            self.solo_passes += int(not roll_call)
+            self.solo_passes += int(not roll_call and observed_gflops is not None)  # an SGEMM one: the CPU claim
             self.tokens_checked += int(tokens_checked)
             self.roll_call_tokens_checked += int(tokens_checked and roll_call)
             if observed_gflops is not None and math.isfinite(observed_gflops):

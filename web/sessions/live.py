@@ -35,7 +35,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsule.challenge import LLM_MAX_TOKENS, LLM_VOCAB
+from capsule.challenge import LLM_MAX_ANSWER_TOKENS, LLM_VOCAB
 from capsule.job_records import MAX_OUTPUT_BYTES
 from capsule.model import LINK_BW_MAX_MBPS, Heartbeat
 from capsule.signing import SignatureError, verify_record
@@ -45,10 +45,10 @@ MAX_MESSAGE_BYTES = 4096
 # A commitment names one 64-hex-digit root per instance: 64 instances (challenge_max_instances) take ~4.3 KB,
 # which the 4 KiB limit refused, so no 64-instance challenge could ever be answered.
 MAX_COMMIT_BYTES = 8 * 1024
-# A reference-model answer carries its token ids (web/proof/challenges.py): the most a challenge asks, each the largest
-# id, in Python's default separators (~57 KB), plus slack.
+# A reference-model answer carries its token ids (web/proof/challenges.py): the most a challenge asks over all its
+# streams, each the largest id, in Python's default separators (~230 KB), plus a list per stream and slack.
 MAX_TOKENS_COMMIT_BYTES = len(json.dumps({"type": "commit", "id": "0" * 16,
-                                          "tokens": [LLM_VOCAB - 1] * LLM_MAX_TOKENS})) + 1024
+                                          "tokens": [LLM_VOCAB - 1] * LLM_MAX_ANSWER_TOKENS})) + 4096
 # A challenge's opening may be larger (2 rows x 64 instances x 2048 fp32 in base64, plus proofs: 1.64 MB; the
 # 512 KiB once set here refused the opening of every 64-instance challenge at n >= 1024): web/sessions/live_guard.py
 # max_opening_bytes, checked with every other frame's size before it is parsed (web/sessions/live_guard.py screen).
