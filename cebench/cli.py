@@ -14,6 +14,7 @@ import urllib.request
 import click
 
 from common.errors import UserError
+from host_runner.agent import llm_streams
 from host_runner.cli import DEFAULT_CAPSULE, checked_capsule, load_key, main
 from host_runner.listings import nodes as listing_nodes
 from host_runner.listings import roll_calls as listing_roll_calls
@@ -89,7 +90,8 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
         click.echo(line)
     # takes tasks of the jobs it submits to its own relay, one at a time, as `ce-bench node` does (docs/jobs.md)
     session = LiveSession(local, key, context, reactor_wasm=reactor if reactor.exists() else None, gpu=gpu,
-                          job_slots=1, say=lambda line: click.echo(f"ce-bench up: {line}", err=True)).start()
+                          job_slots=1, warm_llm=llm_streams(result.profile),
+                          say=lambda line: click.echo(f"ce-bench up: {line}", err=True)).start()
     click.echo(f"this machine is node {key.node_id}")
     click.echo(f"join: {local}/   (atlas: {local}/atlas, scoreboard: {local}/stats)", err=False)
     lan = lan_address()

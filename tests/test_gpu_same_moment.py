@@ -103,8 +103,8 @@ def test_the_gpu_challenge_goes_out_with_the_sgemm_one(tmp_path: Path) -> None:
     box: dict[str, Any] = {}
 
     async def script(relay: Relay, desk: ChallengeDesk) -> None:
-        gpu = Node(desk, "s1", "198.51.100.7", {"sgemm", "llm", "gpu"}, GPU_TFLOPS)
-        silent = Node(desk, "s2", "198.51.100.8", {"sgemm", "llm"}, GPU_TFLOPS)
+        gpu = Node(desk, "s1", "198.51.100.7", {"sgemm", "llm-rank", "gpu"}, GPU_TFLOPS)
+        silent = Node(desk, "s2", "198.51.100.8", {"sgemm", "llm-rank"}, GPU_TFLOPS)
         cpu = Node(desk, "s3", "203.0.113.9", {"sgemm"}, None)
         soft = Node(desk, "s4", "203.0.113.10", {"sgemm", "gpu"}, 0.002)
         box.update(gpu=gpu, silent=silent, cpu=cpu, soft=soft, call=await desk.roll.run(relay.beacons.latest or {}))
@@ -134,7 +134,7 @@ def test_the_gpu_counts_beside_the_sgemm_proof_whichever_is_judged_first(tmp_pat
     box: dict[str, Any] = {}
 
     async def script(relay: Relay, desk: ChallengeDesk) -> None:
-        node = Node(desk, "s1", "198.51.100.7", {"sgemm", "llm", "gpu"}, GPU_TFLOPS)
+        node = Node(desk, "s1", "198.51.100.7", {"sgemm", "llm-rank", "gpu"}, GPU_TFLOPS)
         call = await desk.roll.run(relay.beacons.latest or {})
         first, second = ("gpu", "sgemm") if gpu_first else ("sgemm", "gpu")
         await desk._finish(node.who, answered(node.challenge(first), 1.0), True, "passed", "rows match")

@@ -206,7 +206,7 @@ def test_to_json_rounds_each_figure_to_its_own_precision_and_says_how_it_was_mea
                            "matmul)")
     assert set(t.to_json(20.0, 1.0, C)) == {"status", "reason", "score", "observed", "challenges"}
     empty = Trust().to_json(None, 0.0, C)["observed"]["tokens_per_sec_reason"]
-    assert empty == "no reference-model challenge answered yet (only clients that offer 'llm' get them)"
+    assert empty == "no reference-model challenge answered yet (only clients that offer 'llm-rank' get them)"
 
 
 def test_to_json_judges_every_claim_it_is_given() -> None:

@@ -87,7 +87,7 @@ def test_the_reference_model_phase_withdraws_solo_work_too(tmp_path: Path) -> No
     box: dict[str, Any] = {}
 
     async def script(relay: Relay, desk: ChallengeDesk) -> None:
-        node = Node(desk, "s1", "198.51.100.1", {"sgemm", "llm"}, None)
+        node = Node(desk, "s1", "198.51.100.1", {"sgemm", "llm-rank"}, None)
         node.who.withdrawable = True
         call = await desk.roll.run(relay.beacons.latest or {})
         node.who.challenges.clear()  # its SGEMM answer came in and was judged
@@ -102,6 +102,30 @@ def test_the_reference_model_phase_withdraws_solo_work_too(tmp_path: Path) -> No
     assert call.llm_challenged == {node.node_id}
     (llm,) = [m for m in node.sent if m["type"] == "challenge" and m["kind"] == "llm" and "stop_after_s" in m]
     assert llm["withdraws"] == [solo.id] and solo.id not in node.who.challenges
+
+
+def test_an_older_greedy_client_gets_no_reference_model_challenge_and_is_not_flagged(tmp_path: Path) -> None:
+    """Issue 45's sampler changed what a right token is: a client that says only "llm" (it decodes greedily) would
+    fail every check as wrong_tokens and be flagged for 24 h. The relay asks only "llm-rank" clients: the older
+    one gets its SGEMM challenge and no reference-model one, and its tokens/s counts nothing."""
+    box: dict[str, Any] = {}
+
+    async def script(relay: Relay, desk: ChallengeDesk) -> None:
+        old = Node(desk, "s1", "198.51.100.1", {"sgemm", "llm"}, None)
+        new = Node(desk, "s2", "198.51.100.2", {"sgemm", "llm-rank"}, None)
+        call = await desk.roll.run(relay.beacons.latest or {})
+        for node in (old, new):
+            node.who.challenges.clear()  # their SGEMM answers came in
+        assert all(desk.core.atlas.nodes[n.node_id].profile.claimed_tps for n in (old, new))  # both claim tokens
+        await desk.roll.run_llm(call, relay.beacons.latest or {})
+        box.update(old=old, new=new, call=call, status=desk.status(old.node_id, time.time()))
+
+    in_relay(tmp_path, script)
+    old, new, call = box["old"], box["new"], box["call"]
+    assert call.challenged == {old.node_id, new.node_id}
+    assert call.llm_challenged == {new.node_id}
+    assert not [m for m in old.sent if m["type"] == "challenge" and m["kind"] == "llm"]
+    assert box["status"] != "flagged"
 
 
 def test_a_roll_calls_own_challenge_is_never_withdrawn(tmp_path: Path) -> None:

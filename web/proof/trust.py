@@ -195,7 +195,7 @@ class Trust:
                                    "likewise: 2 n^3 x instances flop of the GPU challenge (the probe's fp32 WGSL "
                                    "matmul)",
                          "tokens_per_sec_reason": None if tps else
-                         "no reference-model challenge answered yet (only clients that offer 'llm' get them)"},
+                         "no reference-model challenge answered yet (only clients that offer 'llm-rank' get them)"},
             "challenges": {"passed": self.passes_total, "failed": self.failures_total, "last_at": self.last_at,
                            "last_code": self.last_code},
         }
