@@ -47,8 +47,9 @@ def test_the_largest_legitimate_opening_passes_and_a_byte_more_than_the_limit_do
 def test_large_frames_are_judged_by_their_first_characters() -> None:
     big = " " * MAX_MESSAGE_BYTES
     screen('{"x": [1], "type": "heartbeat"}', False, 0)  # small: parsed whatever the key order
-    # a commit may carry a reference-model answer's token ids: 8,192 of 5 digits in Python's separators + 1 KiB
-    for kind, limit in (("heartbeat", MAX_MESSAGE_BYTES), ("commit", 58424), ("peer_offer", 8192)):
+    # a commit may carry a reference-model answer's token ids: 32,768 (all streams) of 5 digits in Python's
+    # separators + 4 KiB for a list per stream
+    for kind, limit in (("heartbeat", MAX_MESSAGE_BYTES), ("commit", 233528), ("peer_offer", 8192)):
         screen(f'{{"type": "{kind}", "x": "{"a" * (limit - 40)}"}}', False, 0)
         with pytest.raises(LiveError) as refused:
             screen(f'{{ "type" : "{kind}", "x": "{"a" * limit}"}}', False, 0)
