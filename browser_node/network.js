@@ -1,4 +1,4 @@
-import { count, si } from "./format.js";
+import { count, si, utcTime } from "./format.js";
 
 // The network page: FabricStats of the atlas as gauges and the live node list, refreshed every 2 s
 // (the atlas answers 304 while nothing changed).
@@ -38,8 +38,8 @@ async function drawTotals() {
     `<text x="${L - 6}" y="${y(yMax / 1.15) + 4}" text-anchor="end" font-size="11">${(yMax / 1.15).toFixed(0)}</text>` +
     `<text x="${L - 6}" y="${H - B + 4}" text-anchor="end" font-size="11">0</text>` +
     `<text x="4" y="12" font-size="11">GFLOP/s</text>` +
-    `<text x="${L}" y="${H - 5}" font-size="11">${new Date(t0 * 1000).toLocaleTimeString()}</text>` +
-    `<text x="${W - 8}" y="${H - 5}" font-size="11" text-anchor="end">${new Date(t1 * 1000).toLocaleTimeString()}</text>` +
+    `<text x="${L}" y="${H - 5}" font-size="11">${utcTime(t0)}</text>` +
+    `<text x="${W - 8}" y="${H - 5}" font-size="11" text-anchor="end">${utcTime(t1)}</text>` +
     line((p) => p.claimed.cpu_gflops, "#1f6feb", "claimed") + line((p) => p.verified.cpu_gflops, "#1a7f37", "verified");
   window.ceTotals = points.length; // tests read it
 }
@@ -51,7 +51,10 @@ async function refresh() {
     $("gauges").innerHTML = gauge("verified nodes", stats.verified_nodes, count) +
       GAUGES.filter(([k]) => k !== "nodes" && !UNPROVEN.has(k)).map(([k, label, show]) => gauge(PROVEN_LABEL[k] || label, stats[k], show)).join("") +
       gauge("median RTT", mesh.median_rtt_ms, (v) => [v.toPrecision(3), "ms"]);
-    $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, (stats.claimed || {})[k], show)).join("");
+    const claimed = { ...(stats.claimed || {}) };
+    // GPUs whose memory nobody reported (WebGPU exposes none) sum to 0 B: unknown, not zero
+    if (claimed.gpus > 0 && !claimed.gpu_vram_mb) claimed.gpu_vram_mb = null;
+    $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, claimed[k], show)).join("");
     const resp = await fetch("/atlas?limit=1000", { headers: etag ? { "if-none-match": etag } : {} });
     if (resp.status === 200) {
       etag = resp.headers.get("etag");
@@ -71,7 +74,7 @@ async function refresh() {
       }).join("");
     }
     await drawTotals();
-    $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    $("updated").textContent = `updated ${utcTime(Date.now() / 1000)}`;
     $("updated").className = "status ok";
   } catch (err) {
     $("updated").textContent = `the relay did not answer (${err.message}); retrying`;
