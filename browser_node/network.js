@@ -23,6 +23,47 @@ function gauge(label, value, show) {
     `<div class="unit">${unit}</div><div class="label">${label}</div></div>`;
 }
 
+// The live-node table: sorted by the column last clicked (again: the other way), filtered by the text typed (any
+// column), and exported as CSV exactly as shown (claimed figures, unknown as an empty cell).
+const COLUMNS = ["node", "trust", "kind", "cores", "gflops", "gbs", "tps", "gpu"];
+let rows = [], sortKey = "gflops", sortDown = true;
+
+function shownRows() {
+  const text = ($("node-filter").value || "").trim().toLowerCase();
+  const kept = rows.filter((r) => !text || COLUMNS.some((c) => String(r[c] ?? "").toLowerCase().includes(text)));
+  const key = (r) => r[sortKey] ?? (typeof rows.find((x) => x[sortKey] !== null)?.[sortKey] === "number" ? -Infinity : "");
+  return kept.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (sortDown ? -1 : 1));
+}
+
+function renderNodes() {
+  const f = (v, d) => (v === null || v === undefined ? "unknown" : Number(v).toFixed(d));
+  const shown = shownRows();
+  // data-label: the column name, shown beside each value when the table folds into cards on phones
+  $("nodes").querySelector("tbody").innerHTML = shown.map((r) =>
+    `<tr><td data-label="node"><a href="/nodes/${r.node}"><code title="${r.node}">${r.node.slice(0, 14)}…</code></a></td>` +
+    `<td data-label="trust"><span class="trust ${r.trust}">${r.trust}</span></td><td data-label="kind">${r.kind}</td><td data-label="cores">${r.cores}</td>` +
+    `<td data-label="GFLOP/s" class="num">${f(r.gflops, 1)}</td>` +
+    `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(r.gbs, 2)}</td>` +
+    `<td data-label="tokens/s" class="num">${f(r.tps, 1)}</td>` +
+    `<td data-label="GPU (claimed, not proven)" class="claimed">${r.gpu || "—"}</td></tr>`).join("");
+  const csv = [COLUMNS.join(","), ...shown.map((r) => COLUMNS.map((c) => `"${String(r[c] ?? "").replace(/"/g, '""')}"`).join(","))];
+  $("nodes-csv").href = "data:text/csv;charset=utf-8," + encodeURIComponent(csv.join("\n") + "\n");
+  $("nodes-count").textContent = `${shown.length} of ${rows.length} nodes`;
+}
+
+function wireNodeTable() {
+  $("nodes").querySelectorAll("thead th").forEach((th, i) => {
+    th.style.cursor = "pointer";
+    th.title = "sort by this column";
+    th.addEventListener("click", () => {
+      sortDown = sortKey === COLUMNS[i] ? !sortDown : true;
+      sortKey = COLUMNS[i];
+      renderNodes();
+    });
+  });
+  $("node-filter").addEventListener("input", renderNodes);
+}
+
 // The scoreboard over time as an SVG chart (no library): verified and claimed CPU GFLOP/s.
 async function drawTotals() {
   const { points } = await (await fetch("/stats/history", { cache: "no-store" })).json();
@@ -60,18 +101,11 @@ async function refresh() {
       etag = resp.headers.get("etag");
       const atlas = await resp.json();
       profiles = new Map(atlas.nodes.map((n) => [n.node_id, n]));  // the graph sizes nodes by these
-      $("nodes").querySelector("tbody").innerHTML = atlas.nodes.map((n) => {
-        const f = (v, d) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
-        const gpu = n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "—";
-        // data-label: the column name, shown beside each value when the table folds into cards on phones
-        const trust = (atlas.trust || {})[n.node_id] || "unverified";
-        return `<tr><td data-label="node"><a href="/nodes/${n.node_id}"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></a></td>` +
-          `<td data-label="trust"><span class="trust ${trust}">${trust}</span></td><td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
-          `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
-          `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
-          `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td>` +
-          `<td data-label="GPU (claimed, not proven)" class="claimed">${gpu}</td></tr>`;
-      }).join("");
+      rows = atlas.nodes.map((n) => ({
+        node: n.node_id, trust: (atlas.trust || {})[n.node_id] || "unverified", kind: n.runtime.kind,
+        cores: n.cpu.cores, gflops: n.cpu.gflops_fp32, gbs: n.cpu.mem_bw_gbps, tps: n.llm.tokens_per_sec,
+        gpu: n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "" }));
+      renderNodes();
     }
     await drawTotals();
     $("updated").textContent = `updated ${utcTime(Date.now() / 1000)}`;
@@ -173,5 +207,6 @@ async function refreshAll() {
   await refreshJobs();
 }
 
+wireNodeTable();
 refreshAll();
 setInterval(refreshAll, 2000);
