@@ -20,12 +20,19 @@ export function count(v) { return [Math.round(v).toLocaleString("en"), ""]; }
 // eligible round starts one, and the median).
 export function rollCallLine(trust, nowS) {
   const next = trust.next_roll_call;
+  // one vocabulary with `ce-bench status`: verified / unverified / flagged, with the relay's reason
+  const status = trust.status ? `Status: ${trust.status}${trust.reason ? ` (${trust.reason})` : ""}. ` : "";
   const counted = trust.counted && trust.counted.roll_call && trust.counted.cpu_gflops > 0
     ? `Counted ${si(1e9, "FLOP/s")(trust.counted.cpu_gflops).join(" ")} at roll call ${trust.counted.roll_call}. `
     : "Not counted yet: a node counts from the first roll call it answers. ";
-  if (!next) return counted;
+  if (!next) return status + counted;
   const wait = (t) => Math.max(0, Math.round(t - nowS));
-  return counted + `Next roll call: possible in ${wait(next.earliest_at)} s (each eligible moment, every ` +
+  return status + counted + `Next roll call: possible in ${wait(next.earliest_at)} s (each eligible moment, every ` +
     `${next.eligible_every_s} s, starts one with chance ${Math.round(next.chance_each * 100)}%), ` +
     `even odds within ${wait(next.median_at)} s; about every ${Math.round(next.every_s)} s on average.`;
 }
+
+// Dates in one unambiguous form on every page (ISO 8601, UTC), never the browser's locale (issue 47: US-locale
+// dates); `utcTime` for a chart's axis.
+export function utc(seconds) { return new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC"; }
+export function utcTime(seconds) { return new Date(seconds * 1000).toISOString().slice(11, 19) + " UTC"; }

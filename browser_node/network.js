@@ -1,4 +1,4 @@
-import { count, si } from "./format.js";
+import { count, si, utcTime } from "./format.js";
 
 // The network page: FabricStats of the atlas as gauges and the live node list, refreshed every 2 s
 // (the atlas answers 304 while nothing changed).
@@ -23,6 +23,47 @@ function gauge(label, value, show) {
     `<div class="unit">${unit}</div><div class="label">${label}</div></div>`;
 }
 
+// The live-node table: sorted by the column last clicked (again: the other way), filtered by the text typed (any
+// column), and exported as CSV exactly as shown (claimed figures, unknown as an empty cell).
+const COLUMNS = ["node", "trust", "kind", "cores", "gflops", "gbs", "tps", "gpu"];
+let rows = [], sortKey = "gflops", sortDown = true;
+
+function shownRows() {
+  const text = ($("node-filter").value || "").trim().toLowerCase();
+  const kept = rows.filter((r) => !text || COLUMNS.some((c) => String(r[c] ?? "").toLowerCase().includes(text)));
+  const key = (r) => r[sortKey] ?? (typeof rows.find((x) => x[sortKey] !== null)?.[sortKey] === "number" ? -Infinity : "");
+  return kept.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (sortDown ? -1 : 1));
+}
+
+function renderNodes() {
+  const f = (v, d) => (v === null || v === undefined ? "unknown" : Number(v).toFixed(d));
+  const shown = shownRows();
+  // data-label: the column name, shown beside each value when the table folds into cards on phones
+  $("nodes").querySelector("tbody").innerHTML = shown.map((r) =>
+    `<tr><td data-label="node"><a href="/nodes/${r.node}"><code title="${r.node}">${r.node.slice(0, 14)}…</code></a></td>` +
+    `<td data-label="trust"><span class="trust ${r.trust}">${r.trust}</span></td><td data-label="kind">${r.kind}</td><td data-label="cores">${r.cores}</td>` +
+    `<td data-label="GFLOP/s" class="num">${f(r.gflops, 1)}</td>` +
+    `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(r.gbs, 2)}</td>` +
+    `<td data-label="tokens/s" class="num">${f(r.tps, 1)}</td>` +
+    `<td data-label="GPU (claimed, not proven)" class="claimed">${r.gpu || "—"}</td></tr>`).join("");
+  const csv = [COLUMNS.join(","), ...shown.map((r) => COLUMNS.map((c) => `"${String(r[c] ?? "").replace(/"/g, '""')}"`).join(","))];
+  $("nodes-csv").href = "data:text/csv;charset=utf-8," + encodeURIComponent(csv.join("\n") + "\n");
+  $("nodes-count").textContent = `${shown.length} of ${rows.length} nodes`;
+}
+
+function wireNodeTable() {
+  $("nodes").querySelectorAll("thead th").forEach((th, i) => {
+    th.style.cursor = "pointer";
+    th.title = "sort by this column";
+    th.addEventListener("click", () => {
+      sortDown = sortKey === COLUMNS[i] ? !sortDown : true;
+      sortKey = COLUMNS[i];
+      renderNodes();
+    });
+  });
+  $("node-filter").addEventListener("input", renderNodes);
+}
+
 // The scoreboard over time as an SVG chart (no library): verified and claimed CPU GFLOP/s.
 async function drawTotals() {
   const { points } = await (await fetch("/stats/history", { cache: "no-store" })).json();
@@ -38,8 +79,8 @@ async function drawTotals() {
     `<text x="${L - 6}" y="${y(yMax / 1.15) + 4}" text-anchor="end" font-size="11">${(yMax / 1.15).toFixed(0)}</text>` +
     `<text x="${L - 6}" y="${H - B + 4}" text-anchor="end" font-size="11">0</text>` +
     `<text x="4" y="12" font-size="11">GFLOP/s</text>` +
-    `<text x="${L}" y="${H - 5}" font-size="11">${new Date(t0 * 1000).toLocaleTimeString()}</text>` +
-    `<text x="${W - 8}" y="${H - 5}" font-size="11" text-anchor="end">${new Date(t1 * 1000).toLocaleTimeString()}</text>` +
+    `<text x="${L}" y="${H - 5}" font-size="11">${utcTime(t0)}</text>` +
+    `<text x="${W - 8}" y="${H - 5}" font-size="11" text-anchor="end">${utcTime(t1)}</text>` +
     line((p) => p.claimed.cpu_gflops, "#1f6feb", "claimed") + line((p) => p.verified.cpu_gflops, "#1a7f37", "verified");
   window.ceTotals = points.length; // tests read it
 }
@@ -51,27 +92,23 @@ async function refresh() {
     $("gauges").innerHTML = gauge("verified nodes", stats.verified_nodes, count) +
       GAUGES.filter(([k]) => k !== "nodes" && !UNPROVEN.has(k)).map(([k, label, show]) => gauge(PROVEN_LABEL[k] || label, stats[k], show)).join("") +
       gauge("median RTT", mesh.median_rtt_ms, (v) => [v.toPrecision(3), "ms"]);
-    $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, (stats.claimed || {})[k], show)).join("");
+    const claimed = { ...(stats.claimed || {}) };
+    // GPUs whose memory nobody reported (WebGPU exposes none) sum to 0 B: unknown, not zero
+    if (claimed.gpus > 0 && !claimed.gpu_vram_mb) claimed.gpu_vram_mb = null;
+    $("claimed").innerHTML = GAUGES.map(([k, label, show]) => gauge(label, claimed[k], show)).join("");
     const resp = await fetch("/atlas?limit=1000", { headers: etag ? { "if-none-match": etag } : {} });
     if (resp.status === 200) {
       etag = resp.headers.get("etag");
       const atlas = await resp.json();
       profiles = new Map(atlas.nodes.map((n) => [n.node_id, n]));  // the graph sizes nodes by these
-      $("nodes").querySelector("tbody").innerHTML = atlas.nodes.map((n) => {
-        const f = (v, d) => (v === null || v === undefined ? "null" : Number(v).toFixed(d));
-        const gpu = n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "—";
-        // data-label: the column name, shown beside each value when the table folds into cards on phones
-        const trust = (atlas.trust || {})[n.node_id] || "unverified";
-        return `<tr><td data-label="node"><a href="/nodes/${n.node_id}"><code title="${n.node_id}">${n.node_id.slice(0, 14)}…</code></a></td>` +
-          `<td data-label="trust"><span class="trust ${trust}">${trust}</span></td><td data-label="kind">${n.runtime.kind}</td><td data-label="cores">${n.cpu.cores}</td>` +
-          `<td data-label="GFLOP/s" class="num">${f(n.cpu.gflops_fp32, 1)}</td>` +
-          `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(n.cpu.mem_bw_gbps, 2)}</td>` +
-          `<td data-label="tokens/s" class="num">${f(n.llm.tokens_per_sec, 1)}</td>` +
-          `<td data-label="GPU (claimed, not proven)" class="claimed">${gpu}</td></tr>`;
-      }).join("");
+      rows = atlas.nodes.map((n) => ({
+        node: n.node_id, trust: (atlas.trust || {})[n.node_id] || "unverified", kind: n.runtime.kind,
+        cores: n.cpu.cores, gflops: n.cpu.gflops_fp32, gbs: n.cpu.mem_bw_gbps, tps: n.llm.tokens_per_sec,
+        gpu: n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "" }));
+      renderNodes();
     }
     await drawTotals();
-    $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    $("updated").textContent = `updated ${utcTime(Date.now() / 1000)}`;
     $("updated").className = "status ok";
   } catch (err) {
     $("updated").textContent = `the relay did not answer (${err.message}); retrying`;
@@ -170,5 +207,6 @@ async function refreshAll() {
   await refreshJobs();
 }
 
+wireNodeTable();
 refreshAll();
 setInterval(refreshAll, 2000);

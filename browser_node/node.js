@@ -1,7 +1,7 @@
 // One node's page (/nodes/{id}): its trust (what the relay's challenges observed), its figures with unit,
 // method and spread, its standing among the live nodes (percentile), its status, GPUs, measured links and a
 // chart of its history. Everything read from the relay's public API.
-import { rollCallLine, si } from "./format.js";
+import { rollCallLine, si, utc } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
@@ -33,7 +33,7 @@ function methodOf(ev) {
 function showTrust(profile, trust) {
   const c = trust.challenges;
   $("trust").innerHTML = `<span class="trust ${trust.status}">${trust.status}</span> ${esc(trust.reason)}. ` +
-    `${c.passed} challenge(s) passed, ${c.failed} failed` + (c.last_at ? `, the last at ${new Date(c.last_at * 1000).toLocaleString()}` : "") +
+    `${c.passed} challenge(s) passed, ${c.failed} failed` + (c.last_at ? `, the last at ${utc(c.last_at)}` : "") +
     `; score ${trust.score}. Observed: ${esc(trust.observed.method)}.`;
   const flops = si(1e9, "FLOP/s"), show = (v) => (v == null ? "—" : flops(v).join(" "));
   const tf = si(1e12, "FLOP/s"), showT = (v) => (v == null ? "—" : tf(v).join(" "));
@@ -76,8 +76,8 @@ function drawHistory(events) {
     : `<text x="${x(e.at).toFixed(1)}" y="${H - B - 2}" fill="#d1242f" text-anchor="middle">×<title>failed: ${esc(e.code)}</title></text>`).join("");
   const ticks = [0, 0.5, 1].map((f) => `<text x="${L - 6}" y="${y(yMax * f / 1.15) + 4}" text-anchor="end" font-size="11">${(yMax * f / 1.15).toFixed(0)}</text>`).join("");
   svg.innerHTML = `<line x1="${L}" y1="${H - B}" x2="${W - 8}" y2="${H - B}" stroke="#8c959f"/>${ticks}` +
-    `<text x="${L}" y="${H - 6}" font-size="11">${new Date(t0 * 1000).toLocaleString()}</text>` +
-    `<text x="${W - 8}" y="${H - 6}" font-size="11" text-anchor="end">${new Date(t1 * 1000).toLocaleString()}</text>` +
+    `<text x="${L}" y="${H - 6}" font-size="11">${utc(t0)}</text>` +
+    `<text x="${W - 8}" y="${H - 6}" font-size="11" text-anchor="end">${utc(t1)}</text>` +
     `<text x="4" y="12" font-size="11">GFLOP/s</text>` +
     `<path d="${path}" fill="none" stroke="#1f6feb" stroke-width="2"><title>claimed</title></path>${dots}`;
 }
@@ -108,10 +108,10 @@ async function load() {
   fetch(`/v1/nodes/${encodeURIComponent(nodeId)}/history`).then((r) => r.json())
     .then((h) => { drawHistory(h.events || []); showDelivered(h.delivered); }).catch(() => {});
   const atlas = await fetch("/atlas?limit=1000").then((r) => r.json()).catch(() => ({ nodes: [] }));
-  const seen = status.last_seen ? new Date(status.last_seen * 1000).toLocaleString() : "never";
+  const seen = status.last_seen ? utc(status.last_seen) : "never";
   $("status").textContent = `${status.online ? "live" : "offline"} · ${profile.runtime.kind} · ${profile.cpu.cores} measured core(s) · ` +
     `last seen ${seen}` + (status.rtt_ms != null ? ` · RTT to this relay ${status.rtt_ms.toFixed(1)} ms` : "") +
-    ` · measured ${new Date(profile.measured_at * 1000).toLocaleString()} · signature checked by the relay`;
+    ` · measured ${utc(profile.measured_at)} · signature checked by the relay`;
   $("status").className = status.online ? "status ok" : "status info";
   $("figures").querySelector("tbody").innerHTML = FIGURES.map(([label, get, show, evOf]) => {
     const v = get(profile);

@@ -40,36 +40,43 @@ def fetch_status(relay: str, node_id: str, roll_calls: int = 5) -> dict[str, Any
                         "tokens_per_sec": (profile.get("llm") or {}).get("tokens_per_sec"),
                         "gpus": len(profile.get("gpus") or [])},
             "roll_calls": [{k: e.get(k) for k in ("roll_call", "kind", "at", "passed", "code", "observed_gflops",
-                                                  "observed_tokens_per_sec")} for e in answered[-roll_calls:]],
+                                                  "observed_tokens_per_sec", "observed_tflops")}
+                           for e in answered[-roll_calls:]],
             "links": links}
 
 
 def _num(value: Any, unit: str, digits: int = 1) -> str:
-    return "null" if value is None else f"{float(value):.{digits}f} {unit}"
+    return "unknown" if value is None else f"{float(value):.{digits}f} {unit}"
 
 
 def render(status: dict[str, Any]) -> str:
-    """The human-readable lines of `ce-bench status`."""
+    """The human-readable lines of `ce-bench status`, in the pages' vocabulary: claimed (the node's signed
+    measurement), observed (what one challenge showed on the relay's clock), counted (what the latest roll call
+    proved, capped at the claim); verified / unverified / flagged."""
     trust, claimed = status["trust"], status["claimed"]
     counted = trust.get("counted", {})
+    gpus = counted.get("gpus", 0)
     lines = [f"node {status['node_id']} at {status['relay']}: {'online' if status['online'] else 'offline'}",
              f"trust: {trust.get('status')} ({trust.get('reason')})",
-             f"{'':16}{'proven':>18}{'claimed':>18}",
+             f"{'':16}{'counted':>18}{'claimed':>18}",
              f"{'CPU':16}{_num(counted.get('cpu_gflops'), 'GFLOP/s'):>18}"
              f"{_num(claimed['cpu_gflops'], 'GFLOP/s'):>18}",
-             f"{'cores':16}{counted.get('cpu_cores', 0):>18}{claimed['cpu_cores'] or 'null':>18}",
+             f"{'cores':16}{'(claim only)':>18}{claimed['cpu_cores'] or 'unknown':>18}",
              f"{'tokens/s':16}{_num(counted.get('tokens_per_sec'), 'tok/s'):>18}"
              f"{_num(claimed['tokens_per_sec'], 'tok/s'):>18}",
-             f"{'GPUs':16}{counted.get('gpus', 0):>18}{claimed['gpus']:>18}  (GPUs: claimed, not proven)",
-             "proven = what the latest roll call showed (every live node challenged at one moment), capped at "
-             "the claim"]
+             f"{'GPUs':16}{gpus if counted else 'unknown':>18}{claimed['gpus']:>18}",
+             "counted = what the latest roll call proved (every live node challenged at one moment), capped at the "
+             "claim; claimed = the node's own signed measurement; cores are claimed, never proven; a GPU counts "
+             "where its answer showed >= 0.1 fp32 TFLOP/s beside the CPU's at that roll call (docs/protocol.md: "
+             "that can be a CPU's throughput)"]
     if status["roll_calls"]:
-        lines.append("last roll calls:")
+        lines.append("last roll calls (observed on the relay's clock):")
         for rc in reversed(status["roll_calls"]):
             seen = (_num(rc["observed_gflops"], "GFLOP/s") if rc["kind"] == "sgemm"
+                    else _num(rc.get("observed_tflops"), "fp32 TFLOP/s", 4) if rc["kind"] == "gpu"
                     else _num(rc["observed_tokens_per_sec"], "tokens/s"))
-            lines.append(f"  {rc['roll_call']} {rc['kind']:5} {'passed' if rc['passed'] else 'FAILED'} {rc['code']}"
-                         f", observed {seen}")
+            verdict = "passed" if rc["passed"] else f"FAILED ({rc['code']})"
+            lines.append(f"  {rc['roll_call']} {rc['kind']:5} {verdict}, observed {seen}")
     else:
         lines.append("last roll calls: none answered yet")
     lines.append(f"measured links: {len(status['links'])}")

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -418,6 +419,18 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         context = browser.new_context(viewport={"width": 360, "height": 800})
         page = context.new_page()
         page.goto(relay.url + "/network.html")
+        page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 2")
+        # issue 47: the table sorts by a clicked column, filters by text, exports what it shows as CSV
+        first = "() => document.querySelector('#nodes tbody tr a').getAttribute('href')"
+        assert page.evaluate(first) == f"/nodes/{fast['node_id']}"  # by GFLOP/s, highest first
+        page.click("#nodes thead th:nth-child(5)")  # GFLOP/s again: lowest first
+        assert page.evaluate(first) == f"/nodes/{slow['node_id']}"
+        page.fill("#node-filter", fast["node_id"][-10:])
+        assert page.locator("#nodes tbody tr").count() == 1 and page.evaluate(first) == f"/nodes/{fast['node_id']}"
+        csv = urllib.parse.unquote(page.get_attribute("#nodes-csv", "href").split(",", 1)[1])
+        assert csv.splitlines()[0] == "node,trust,kind,cores,gflops,gbs,tps,gpu" and len(csv.splitlines()) == 2
+        assert f'"{fast["node_id"]}","unverified"' in csv and '"90"' in csv
+        page.fill("#node-filter", "")
         page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 2")
         page.click(f"a[href='/nodes/{fast['node_id']}']")
         page.wait_for_function("() => document.querySelectorAll('#figures tbody tr').length === 5")

@@ -29,3 +29,17 @@ def test_every_route_is_documented_with_its_methods(tmp_path: Path) -> None:
             assert isinstance(route, WebSocketRoute)
         served += 1
     assert served >= 20
+
+
+def test_the_api_page_lists_every_documented_path(tmp_path: Path) -> None:
+    """GET /api (issue 47: an API reference page): rendered from the same document, so every path and method of
+    /openapi.json is on it, with its summary."""
+    from starlette.testclient import TestClient
+
+    app = create_app(RelayConfig(data_dir=tmp_path / "relay", libp2p_listen=None))
+    with TestClient(app) as client:
+        page = client.get("/api")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for path, methods in document()["paths"].items():
+        for method in methods:
+            assert f"<code>{method.upper()}</code></td><td><code>{path}</code>" in page.text, (method, path)

@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from capsule.peerid import PeerIdError, public_key_from_peer_id
+from web.api.api_page import api_page
 from web.api.bodies import read_body
 from web.api.openapi import document
 from web.api.problems import Problem
@@ -345,7 +346,8 @@ async def index(request: Request) -> Response:
         f"<h1>ce-bench relay</h1><p>relay <code>{relay.relay_id}</code></p>"
         f"<p>{s['nodes']} live nodes, {s['cpu_cores']} cores, {s['cpu_gflops']:.1f} GFLOP/s, "
         f"{s['tokens_per_sec']:.1f} tokens/s.</p>"
-        "<p>Servers join with <code>ce-bench run --relay URL</code>. API: <a href=/openapi.json>/openapi.json</a>, "
+        "<p>Servers join with <code>ce-bench run --relay URL</code>. API: <a href=/api>/api</a> "
+        "(<a href=/openapi.json>/openapi.json</a>), "
         "<a href=/atlas>/atlas</a>, <a href=/stats>/stats</a>, <a href=/beacon>/beacon</a>.</p>")
 
 
@@ -383,7 +385,7 @@ def create_app(config: RelayConfig) -> Starlette:
         Route("/stats/history", stats_history), Route("/v1/roll-calls", roll_calls),
         Route("/v1/checks", checks), Route("/v1/libp2p", libp2p),
         Route("/v1/relays", relays),
-        Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi),
+        Route("/beacon", beacon), Route("/metrics", metrics), Route("/openapi.json", openapi), Route("/api", api_page),
         Route("/nodes/{node_id}", node_page),
         WebSocketRoute("/v1/live", live), WebSocketRoute("/v1/probe", probe), *JOB_ROUTES]
     if (WEB_BUNDLE / "index.html").exists():  # the browser node's pages (python build.py)

@@ -119,6 +119,8 @@ def document() -> dict[str, Any]:
             "/beacon": {"get": {"summary": "The current signed beacon round",
                                 "responses": {"200": json_ok("Beacon", _schema("Beacon"))}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
+            "/api": {"get": {"summary": "This API reference as a page (from /openapi.json)",
+                             "responses": {"200": {"description": "HTML"}}}},
             "/v1/links": {"post": {
                 "summary": "Store a LinkSample both endpoints signed (RTT, jitter, loss, bandwidth)",
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _schema("LinkSample")}}},
