@@ -58,9 +58,14 @@ function wireNodeTable() {
     th.addEventListener("click", () => {
       sortDown = sortKey === COLUMNS[i] ? !sortDown : true;
       sortKey = COLUMNS[i];
+      $("node-sort").value = sortKey;
+      $("node-ascending").checked = !sortDown;
       renderNodes();
     });
   });
+  // the headers fold away on a phone (the table becomes cards): the same sort from the controls above it
+  $("node-sort").addEventListener("change", () => { sortKey = $("node-sort").value; renderNodes(); });
+  $("node-ascending").addEventListener("change", () => { sortDown = !$("node-ascending").checked; renderNodes(); });
   $("node-filter").addEventListener("input", renderNodes);
 }
 
