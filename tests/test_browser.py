@@ -427,7 +427,7 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         assert page.evaluate(first) == f"/nodes/{slow['node_id']}"
         page.fill("#node-filter", fast["node_id"][-10:])
         assert page.locator("#nodes tbody tr").count() == 1 and page.evaluate(first) == f"/nodes/{fast['node_id']}"
-        csv = urllib.parse.unquote(page.get_attribute("#nodes-csv", "href").split(",", 1)[1])
+        csv = urllib.parse.unquote(str(page.get_attribute("#nodes-csv", "href")).split(",", 1)[1])
         assert csv.splitlines()[0] == "node,trust,kind,cores,gflops,gbs,tps,gpu" and len(csv.splitlines()) == 2
         assert f'"{fast["node_id"]}","unverified"' in csv and '"90"' in csv
         page.fill("#node-filter", "")
