@@ -18,26 +18,26 @@ honest >= 0.9 of its claim. The CPU model and date with the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from capsule.signing import sign  # noqa: E402
 from common.keys import NodeKey, load_or_create  # noqa: E402
 from host_runner.live_client import LiveSession  # noqa: E402
 from host_runner.node import RunOptions, measure  # noqa: E402
-from host_runner.relay_client import fetch_beacon, local_beacon, post_profile  # noqa: E402
+from host_runner.relay_client import local_beacon  # noqa: E402
 from tests.nats_process import NatsProcess  # noqa: E402
 from tests.nats_regions import NatsRegions  # noqa: E402
 from tests.relay_process import RelayProcess, start_all  # noqa: E402
+from tests.resigned import register  # noqa: E402
 
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",
         "--beacon-interval", "1", "--roll-call-target-s", "1", "--roll-call-interval-s", "6",
@@ -53,15 +53,7 @@ def cpu_model() -> str:
 
 
 def registered(relay: RelayProcess, measured: dict[str, Any], llm: dict[str, Any]) -> NodeKey:
-    key = NodeKey.generate()
-    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
-    body["llm"].update(llm)
-    body["cpu"]["gflops_fp32"] = 0.6 * measured["cpu"]["gflops_fp32"]
-    beacon = fetch_beacon(relay.url)
-    body.update(node_id=key.node_id, measured_at=int(time.time()),
-                beacon={k: beacon[k] for k in ("relay", "round", "value")})
-    post_profile(relay.url, sign("NodeProfile", body, key))
-    return key
+    return register(relay.url, measured, llm=llm, cpu={"gflops_fp32": 0.6 * measured["cpu"]["gflops_fp32"]})
 
 
 def counted_per_roll_call(homes: list[tuple[RelayProcess, NodeKey]], roll_calls: int,
@@ -115,6 +107,19 @@ def run(relays: list[RelayProcess], measured: dict[str, Any], roll_calls: int) -
                                                               1, roll_calls), h)
 
 
+def run_pair(base: Path, name: str, nats_args: Callable[[int], list[str]], measured: dict[str, Any],
+             roll_calls: int) -> None:
+    """run() on two relays that name each other as peers, relay i on the NATS options nats_args(i)."""
+    keys = [load_or_create(base / f"{name}{i}" / "relay.key") for i in range(2)]
+    relays = start_all([RelayProcess(base / f"{name}{i}", *ROLL, *nats_args(i), "--cluster-peer", keys[1 - i].node_id)
+                        for i in range(2)])
+    try:
+        run(relays, measured, roll_calls)
+    finally:
+        for r in relays:
+            r.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roll-calls", type=int, default=4)
@@ -132,27 +137,12 @@ def main() -> None:
         with RelayProcess(base / "one", *ROLL) as relay:
             run([relay], measured, args.roll_calls)
         print("two relays of a NATS cluster (identities split between them):")
-        keys = [load_or_create(base / f"c{i}" / "relay.key") for i in range(2)]
         with NatsProcess(base / "nats") as nats:
-            relays = start_all([RelayProcess(base / f"c{i}", *ROLL, "--nats", nats.url,
-                                             "--cluster-peer", keys[1 - i].node_id) for i in range(2)])
-            try:
-                run(relays, measured, args.roll_calls)
-            finally:
-                for r in relays:
-                    r.stop()
+            run_pair(base, "c", lambda i: ["--nats", nats.url], measured, args.roll_calls)
         print("two regions (a hub and a leaf nats-server per region; one relay in each, identities split):")
-        keys = [load_or_create(base / f"g{i}" / "relay.key") for i in range(2)]
         (base / "regions").mkdir()
         with NatsRegions(base / "regions", ["eu", "us"]) as regions:
-            relays = start_all([RelayProcess(base / f"g{i}", *ROLL, *regions.relay_args(("eu", "us")[i]),
-                                             "--cluster-peer", keys[1 - i].node_id) for i in range(2)])
-            try:
-                run(relays, measured, args.roll_calls)
-            finally:
-                for r in relays:
-                    r.stop()
-
+            run_pair(base, "g", lambda i: regions.relay_args(("eu", "us")[i]), measured, args.roll_calls)
 
 if __name__ == "__main__":
     main()

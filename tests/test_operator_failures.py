@@ -16,8 +16,9 @@ from typing import Any
 from capsule.signing import sign
 from common.keys import NodeKey
 from host_runner.live_client import LiveSession
-from host_runner.relay_client import fetch_beacon, post_profile
+from host_runner.relay_client import fetch_beacon
 from tests.relay_process import CLI, RelayProcess, free_port
+from tests.resigned import register
 
 
 def held_port() -> tuple[socket.socket, int]:
@@ -85,11 +86,7 @@ def test_sigterm_ends_a_relay_waiting_for_nats(tmp_path: Path) -> None:
 
 
 def registered(relay: RelayProcess, profile: dict[str, Any], key: NodeKey) -> None:
-    body = {k: v for k, v in profile.items() if k != "sig"}
-    beacon = fetch_beacon(relay.url)
-    body.update(node_id=key.node_id, measured_at=int(time.time()),
-                beacon={k: beacon[k] for k in ("relay", "round", "value")})
-    post_profile(relay.url, sign("NodeProfile", body, key))
+    register(relay.url, profile, key)
 
 
 def metric(relay: RelayProcess, name: str) -> float:

@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from capsule.signing import sign
 from common.keys import NodeKey
 from host_runner.live_client import LiveSession
-from host_runner.relay_client import fetch_beacon, post_profile
 from tests.relay_process import RelayProcess
+from tests.resigned import register
 
 pytestmark = pytest.mark.timed
 
@@ -34,15 +33,7 @@ SGEMM_SHARE = 0.6  # the SGEMM claim: tokens count beside an SGEMM proof, which 
 
 def registered(relay: RelayProcess, measured: dict[str, Any], llm: dict[str, Any]) -> NodeKey:
     """A fresh key with the measured profile, its reference-model fields replaced by `llm`."""
-    key = NodeKey.generate()
-    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
-    body["llm"].update(llm)
-    body["cpu"]["gflops_fp32"] = SGEMM_SHARE * measured["cpu"]["gflops_fp32"]
-    beacon = fetch_beacon(relay.url)
-    body.update(node_id=key.node_id, measured_at=int(time.time()),
-                beacon={k: beacon[k] for k in ("relay", "round", "value")})
-    post_profile(relay.url, sign("NodeProfile", body, key))
-    return key
+    return register(relay.url, measured, llm=llm, cpu={"gflops_fp32": SGEMM_SHARE * measured["cpu"]["gflops_fp32"]})
 
 
 def tokens_at_roll_calls(relay: RelayProcess, identities: int, count: int, after: set[str],
