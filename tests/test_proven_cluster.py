@@ -33,6 +33,7 @@ from tests.test_proven import (
     until,
 )
 from tests.threaded import in_thread
+from web.config import RelayConfig
 
 # timed (tests/scheduling.py): roll-call answers within a common deadline, compared across roll calls
 pytestmark = pytest.mark.timed
@@ -84,6 +85,14 @@ def machine_sgemm_gflops(capsule: Path, instances: int) -> float:
 
     run = whole_cpu_run(capsule, "ab" * 16, ("sgemm",), instances, 800)
     return (window_rate([work_spans(r, "sgemm") for r in run.reports]).rate or 0.0) / 1e9
+
+
+RECEIVED = "ce_relay_cluster_received_total"
+
+
+def refused(relay: RelayProcess) -> float:
+    """Records from NATS the relay refused: invalid ones, and transcripts refused by name (replayed, stale, ...)."""
+    return metric(relay, f'{RECEIVED}{{result="invalid"}}') + metric(relay, f'{RECEIVED}{{result="transcript_')
 
 
 def metric(relay: RelayProcess, name: str) -> float:
@@ -274,12 +283,12 @@ def test_forged_or_altered_transcripts_change_nothing(
     row["values"] = base64.b64encode(values.tobytes()).decode()
     altered = sign("Transcript", altered_body, relay_keys[0])  # even signed by a peer: the work is re-checked
     passes_before = node(b, key)["trust"]["challenges"]["passed"]
-    invalid_before = metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
+    refused_before = refused(b)
     replays = [genuine] * 10  # the genuine transcript re-published: a ghost of a node that left, or its pass x10
     for t in (forged, altered, *replays):
         published(nats.url, "ce.trust.transcripts", t)
-    until("all refused", 20, lambda: metric(b, 'ce_relay_cluster_received_total{result="invalid"}')
-          >= invalid_before + 2 + len(replays))
+    until("all refused", 20, lambda: refused(b) >= refused_before + 2 + len(replays))
+    assert metric(b, f'{RECEIVED}{{result="transcript_replayed"}}') >= len(replays)  # counted by name
     trust = node(b, victim)["trust"]
     assert trust["challenges"]["passed"] == 0 and trust["counted"]["cpu_gflops"] == 0, trust
     assert b.get("/stats")[1]["verified_nodes"] <= 1  # at most the genuine node, never the victim
@@ -287,6 +296,15 @@ def test_forged_or_altered_transcripts_change_nothing(
     # the next roll call drops what the last one proved, and nothing of an earlier one comes back)
     ghost = node(b, key)["trust"]
     assert ghost["challenges"]["passed"] == passes_before, (passes_before, ghost)
+    # ... also after B restarts: what it took is in its SQLite file (web/replay_marks.py), not only in memory
+    b.stop()
+    b.start()
+    fresh_for_s = RelayConfig().transcript_max_age_s + RelayConfig().clock_skew_s - (time.time() - genuine["at"])
+    assert fresh_for_s > 10, fresh_for_s  # the precondition: B would still take it, were it not marked taken
+    published(nats.url, "ce.trust.transcripts", genuine)
+    until("the replay after the restart refused as replayed", 20,
+          lambda: metric(b, f'{RECEIVED}{{result="transcript_replayed"}}') >= 1)
+    assert node(b, key)["trust"]["challenges"]["passed"] == passes_before
     until("the node that left counts nothing on B after a roll call", 60,
           lambda: node(b, key)["trust"]["counted"]["cpu_gflops"] == 0)
     published(nats.url, "ce.trust.transcripts", genuine)

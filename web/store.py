@@ -46,6 +46,13 @@ CREATE TABLE IF NOT EXISTS trust (  -- each node's trust state (web/proof/trust.
     at REAL NOT NULL,              -- unix time of the result it includes last
     body BLOB NOT NULL             -- JSON (Trust.to_state)
 );
+CREATE TABLE IF NOT EXISTS taken (  -- records taken once from peers, kept across restarts (web/replay_marks.py)
+    kind TEXT NOT NULL,            -- 'transcript' | 'handoff' | 'beacon'
+    key TEXT NOT NULL,
+    at REAL NOT NULL,              -- the record's own time (unix s, the peer's clock)
+    n INTEGER NOT NULL DEFAULT 0,  -- a beacon's round (0 for the others)
+    PRIMARY KEY (kind, key)
+);
 CREATE TABLE IF NOT EXISTS stats_points (  -- the scoreboard over time (/stats/history)
     at REAL PRIMARY KEY,
     body BLOB NOT NULL
@@ -270,6 +277,27 @@ class Store:
         marks = ",".join("?" * len(node_ids))
         rows = self._reader.execute(f"SELECT node_id, body FROM profiles WHERE node_id IN ({marks})", node_ids)
         return {r[0]: bytes(r[1]) for r in rows}
+
+    @staticmethod
+    def put_taken_op(kind: str, key: str, at: float, n: int = 0) -> Op:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO taken (kind, key, at, n) VALUES (?, ?, ?, ?)", (kind, key, at, n))
+        return op
+
+    @staticmethod
+    def drop_taken_op(kind: str, key: str | None = None, before: float | None = None) -> Op:
+        """Drops one mark (key) or every mark of the kind older than `before`."""
+        def op(conn: sqlite3.Connection) -> None:
+            if key is not None:
+                conn.execute("DELETE FROM taken WHERE kind=? AND key=?", (kind, key))
+            if before is not None:
+                conn.execute("DELETE FROM taken WHERE kind=? AND at<?", (kind, before))
+        return op
+
+    def taken(self, kind: str, since: float) -> list[tuple[str, float, int]]:
+        """(key, at, n) of the marks of a kind at or after `since`."""
+        return [(str(k), float(a), int(n)) for k, a, n in
+                self._reader.execute("SELECT key, at, n FROM taken WHERE kind=? AND at>=?", (kind, since))]
 
     def beacons(self) -> list[bytes]:
         return [bytes(r[0]) for r in self._reader.execute("SELECT body FROM beacons ORDER BY round")]

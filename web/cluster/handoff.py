@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from web.proof.trust import Trust
+from web.replay_marks import Marks, NoMarks
 
 HANDOFF_SUBJECT = "ce.trust.handoff"
+MARK_KIND = "handoff"  # the asks' marks in the store (web/replay_marks.py)
 
 
 def subject(region: str) -> str:
@@ -67,6 +69,13 @@ class Moves:
     max_age_s: float
     home: dict[str, tuple[str, float]] = field(default_factory=dict)
     _taken: dict[tuple[str, str, float], float] = field(default_factory=dict)
+    marks: Marks = field(default_factory=NoMarks)  # the asks taken, kept across restarts (web/replay_marks.py)
+
+    def load(self, now: float) -> None:
+        """The asks taken before a restart that are still fresh: a replay of one is refused after it too."""
+        for key, at, _ in self.marks.load(MARK_KIND, now - self.max_age_s):
+            relay, node_id, _ = key.split(" ", 2)
+            self._taken[(relay, node_id, at)] = at
 
     def learn(self, node_id: str, region: str | None, at: float) -> None:
         """A profile's region (the cluster envelope): the node's home, unless a later arrival says otherwise."""
@@ -91,6 +100,7 @@ class Moves:
         if (relay, node_id, at) in self._taken:
             return "replayed"
         self._taken[(relay, node_id, at)] = now
+        self.marks.keep(MARK_KIND, f"{relay} {node_id} {at!r}", at)
         held = self.home.get(node_id)
         if held is not None and held[1] > at:
             return "not_newer"

@@ -29,6 +29,8 @@ from capsule.signing import SignatureError, sign, verify_record
 from capsule.typed import ValidationError
 from web.api.ingest import verify_profile
 from web.api.problems import Problem
+from web.cluster.beacon_gate import BeaconGate
+from web.cluster.beacon_gate import window_s as beacon_window_s
 from web.cluster.digests import DigestBook, DigestWriter
 from web.cluster.regional import Regional, TrustDesk
 from web.cluster.regions import Subjects
@@ -36,6 +38,7 @@ from web.map.links import worth_gossiping
 from web.mesh.messages import scoreboard_body
 from web.parts import Core
 from web.proof.transcripts import TranscriptError
+from web.replay_marks import StoreMarks
 from web.store import Store
 
 log = logging.getLogger("ce.relay.cluster")
@@ -81,6 +84,10 @@ class Cluster:
         self._tasks: list[asyncio.Task[None]] = []
         self._catch_up_needed = asyncio.Event()
         self.peers_seen: dict[str, float] = {}  # peer relay id -> unix time of its latest beacon round
+        # rounds taken only fresh and in order, across restarts (a replayed round draws and keeps alive nothing)
+        self.beacon_gate = BeaconGate(beacon_window_s(core.config.clock_skew_s, core.config.beacon_interval_s),
+                                      StoreMarks(core.store))
+        self.beacon_gate.load(time.time())
         config = core.config
         self.subjects = Subjects.of(config.region)
         # a region's own part: the other regions' totals, and nodes moving between regions (web/cluster/regional.py)
@@ -106,7 +113,7 @@ class Cluster:
         if self.core.config.region is not None:
             core = self.core
             self.regions = Regional(self.nc, core.relay_id, core.key, core.config, core.metrics.cluster_received,
-                                    self.inbox.desk)
+                                    self.inbox.desk, StoreMarks(core.store))
             await self.regions.start()
         self._catch_up_needed.set()
         self._tasks = [asyncio.create_task(self._sync_loop()), asyncio.create_task(self._digest_loop())]
@@ -355,6 +362,10 @@ class Cluster:
         if relay == self.core.relay_id or relay not in self.core.config.cluster_peers:
             return  # our own, or not a relay of this cluster: draws nothing here
         now = time.time()
+        outcome = self.beacon_gate.take(relay, int(beacon["round"]), float(beacon["issued_at"]), now)
+        if outcome != "taken":
+            self.core.metrics.cluster_received[f"beacon_{outcome}"] += 1
+            return
         self.peers_seen[relay] = now
         self.inbox.peer_beacon(beacon, self.leader(now) == relay)  # profiles may cite it (a balancer, --processes)
 
@@ -366,7 +377,8 @@ class Cluster:
             await self.inbox.transcript(transcript)
             metrics["transcripts"] += 1
         except (ValueError, TypeError, KeyError, ValidationError, SignatureError, TranscriptError) as exc:
-            metrics["invalid"] += 1
+            # a replay or a stale one is counted by name (/metrics: ce_relay_cluster_received_total)
+            metrics[f"transcript_{exc.code}" if isinstance(exc, TranscriptError) else "invalid"] += 1
             log.warning("refused a transcript from the cluster", extra={"error": str(exc)[:200]})
 
     async def _safe_publish(self, subject: str, data: bytes) -> None:

@@ -22,6 +22,7 @@ from web.cluster import handoff
 from web.cluster.regions import REGION, RegionBoard, Subjects
 from web.config import RelayConfig
 from web.proof.trust import Trust
+from web.replay_marks import Marks, NoMarks
 
 log = logging.getLogger("ce.relay.cluster")
 ASK_TIMEOUT_S = 2.0  # a handoff ask waits this long for the region the node left (none: it starts afresh)
@@ -39,7 +40,7 @@ class TrustDesk(Protocol):
 
 class Regional:
     def __init__(self, nc: Any, relay_id: str, key: NodeKey, config: RelayConfig, metrics: Any,
-                 desk: TrustDesk) -> None:
+                 desk: TrustDesk, marks: Marks | None = None) -> None:
         if config.region is None:
             raise ValueError("a relay without a region has no regional part")
         self.nc, self.relay_id, self.key, self.config = nc, relay_id, key, config
@@ -50,7 +51,9 @@ class Regional:
         self.subjects = Subjects.of(config.region)
         # a region whose relays fell silent for two roll-call gaps counts nothing
         self.board = RegionBoard(config.region, 2 * max(config.roll_call_interval_s, config.roll_call_min_gap_s))
-        self.moves = handoff.Moves(config.region, config.transcript_max_age_s + config.clock_skew_s)
+        self.moves = handoff.Moves(config.region, config.transcript_max_age_s + config.clock_skew_s,
+                                   marks=marks or NoMarks())
+        self.moves.load(time.time())
 
     async def start(self) -> None:
         await self.nc.subscribe(self.subjects.scoreboards, cb=self._on_scoreboard)

@@ -45,6 +45,7 @@ from web.proof.roll_caller import STORE_KEY, RollCaller
 from web.proof.rollcall import Proof, counted, next_roll_call
 from web.proof.transcripts import transcript_body
 from web.proof.trust import Trust
+from web.replay_marks import StoreMarks
 from web.sessions.live import LiveError
 from web.store import Store
 
@@ -125,7 +126,7 @@ class ChallengeDesk:
         self._llm_lock = threading.Lock()  # one recomputation at a time on the relay's reactor
         self.secret = secrets.token_bytes(32)  # solo challenge moments, transcript audits: unpredictable
         self.peers = PeerTranscripts(core.relay_id, self.config, self, self.secret, self.rng, self._audited,
-                                     self._llm_expected)
+                                     self._llm_expected, StoreMarks(core.store))
         self.proofs: dict[str, Proof] = {}     # node id -> what it proved at the latest roll call
         self.roll = RollCaller(self)
         self._told: dict[str, str] = {}        # the status each node was last told of on its session

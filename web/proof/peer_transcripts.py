@@ -24,6 +24,7 @@ from web.proof.transcripts import (
     check_transcript,
     structure,
 )
+from web.replay_marks import Marks, NoMarks
 
 log = logging.getLogger("ce.challenges")
 
@@ -42,7 +43,8 @@ TokenCheck = Callable[[int, list[int], int], int]
 
 class PeerTranscripts:
     def __init__(self, relay_id: str, config: RelayConfig, sink: ResultSink, secret: bytes, rng: random.Random,
-                 audited: Callable[[], None], token_check: TokenCheck | None = None) -> None:
+                 audited: Callable[[], None], token_check: TokenCheck | None = None,
+                 marks: Marks | None = None) -> None:
         self.relay_id = relay_id
         self.config = config
         self.sink = sink
@@ -51,7 +53,9 @@ class PeerTranscripts:
         self.audited = audited  # counts a re-checked transcript (the relay's metrics)
         self.token_check = token_check  # re-checks a reference-model answer's checked token (None: not here)
         self.audit = PeerAudit(config.transcript_audit_fraction)
-        self.ledger = TranscriptLedger(config.transcript_max_age_s, config.clock_skew_s)
+        # what was taken survives a restart (marks: the relay's store): a replay after it changes nothing either
+        self.ledger = TranscriptLedger(config.transcript_max_age_s, config.clock_skew_s, marks=marks or NoMarks())
+        self.ledger.load(time.time())
 
     async def apply(self, transcript: dict[str, Any]) -> None:
         """A peer relay's challenge transcript (signature checked by the caller). Raises TranscriptError."""

@@ -31,6 +31,9 @@ from capsule.challenge import LLM_MAX_TOKENS, LLM_VOCAB, ChallengeError, instanc
 from capsule.cpu_challenge import LEAF_FORMS
 from web.config import RelayConfig
 from web.proof.challenges import Challenge, check_opened, parse_opening
+from web.replay_marks import Marks, NoMarks
+
+MARK_KIND = "transcript"  # its marks in the store (web/replay_marks.py)
 
 
 class TranscriptError(ValueError):
@@ -202,12 +205,20 @@ class TranscriptLedger:
     """Each peer transcript is taken once, and only while fresh: a record that crosses the cluster is bound to
     its time. Keyed by (relay, challenge nonce): the nonce is the relay's own 128-bit draw, one per challenge.
     (A listener on an unauthenticated NATS once kept an identity that had left counted at four roll calls by
-    re-publishing its genuine transcripts, and flagged an honest node by re-publishing one `late` 10 times.)"""
+    re-publishing its genuine transcripts, and flagged an honest node by re-publishing one `late` 10 times.)
+    What was taken is kept through `marks` (web/replay_marks.py), so a relay that restarted takes nothing twice."""
 
     max_age_s: float                  # older on arrival (by its `at`, the peer's clock): refused as stale
     skew_s: float                     # clocks of the cluster may differ by this much
     seen: dict[tuple[str, str], float] = field(default_factory=dict)  # key -> its `at`
     pruned_at: float = 0.0
+    marks: Marks = field(default_factory=NoMarks)
+
+    def load(self, now: float) -> None:
+        """What was taken before a restart and is still fresh (the store's marks)."""
+        for key, at, _ in self.marks.load(MARK_KIND, now - self.max_age_s - self.skew_s):
+            origin, _, nonce = key.partition(" ")
+            self.seen[(origin, nonce)] = at
 
     def take(self, origin: str, nonce: str, at: float, now: float) -> None:
         """Records the transcript as taken; raises TranscriptError "replayed" or "stale"."""
@@ -222,9 +233,12 @@ class TranscriptLedger:
         if now - self.pruned_at >= self.max_age_s:  # those older would be refused as stale anyway
             self.seen = {k: t for k, t in self.seen.items() if t >= oldest}
             self.pruned_at = now
+            self.marks.drop(MARK_KIND, before=oldest)
         self.seen[key] = at
+        self.marks.keep(MARK_KIND, f"{origin} {nonce}", at)
 
     def release(self, origin: str, nonce: str) -> None:
         """A taken transcript that was then refused for what it says: its peer may still send the right one."""
-        self.seen.pop((origin, nonce), None)
+        if self.seen.pop((origin, nonce), None) is not None:
+            self.marks.drop(MARK_KIND, f"{origin} {nonce}")
 
