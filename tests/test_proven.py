@@ -354,7 +354,8 @@ def test_the_operator_sees_roll_calls_trust_changes_and_the_relays_view(tmp_path
                                timeout=60)
         assert shown.returncode == 0, shown.stderr
         assert f"node {node_id}" in shown.stdout and "trust: " in shown.stdout and "proven" in shown.stdout
-        assert "last roll calls (observed on the relay's clock):" in shown.stdout and "passed" in shown.stdout, shown.stdout
+        heading = "last roll calls (observed on the relay's clock):"
+        assert heading in shown.stdout and "passed" in shown.stdout, shown.stdout
         as_json = subprocess.run([CLI, "status", node_id, "--relay", relay.url, "--json"], capture_output=True,
                                  text=True, timeout=60)
         view = json.loads(as_json.stdout)
