@@ -104,7 +104,7 @@ def main() -> None:
         keys = [load_or_create(root / f"r{i}" / "relay.key") for i in range(2)]
         common = ["--heartbeat-interval", str(args.heartbeat_interval), "--ip-rate", "100000", *ONE_ADDRESS]
         with NatsProcess(root / "nats") as nats_server:
-            relays = [RelayProcess(root / f"r{i}", *common, "--nats", nats_server.url,
+            relays = [RelayProcess(root / f"r{i}", *common, *nats_server.relay_args(),
                                    "--cluster-peer", keys[1 - i].node_id).start() for i in range(2)]
             try:
                 pairs, _ = register_nodes(relays[0], args.sessions + 1)

@@ -103,8 +103,8 @@ def main() -> int:
             relay.stop()
 
         nats = NatsProcess(tmp / "nats").start()
-        a = RelayProcess(tmp / "a", "--nats", nats.url, "--ip-rate", "100000", "--log-level", "warning").start()
-        b = RelayProcess(tmp / "b", "--nats", nats.url, "--ip-rate", "100000", "--log-level", "warning").start()
+        a = RelayProcess(tmp / "a", *nats.relay_args(), "--ip-rate", "100000", "--log-level", "warning").start()
+        b = RelayProcess(tmp / "b", *nats.relay_args(), "--ip-rate", "100000", "--log-level", "warning").start()
         try:
             _, beacon, _ = a.get("/beacon")
             delays = []

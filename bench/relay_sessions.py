@@ -238,7 +238,7 @@ def main() -> int:
     steps = [int(x) for x in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         nats = NatsProcess(Path(tmp) / "nats").start() if args.processes > 1 else None
-        cluster = ["--nats", nats.url, "--processes", str(args.processes), "--beacon-interval", "2"] if nats else []
+        cluster = [*nats.relay_args(), "--processes", str(args.processes), "--beacon-interval", "2"] if nats else []
         relay = RelayProcess(Path(tmp) / "relay", "--ip-rate", "1000000", "--log-level", "warning", *ONE_ADDRESS,
                              *cluster)
         relay.start(timeout=60)

@@ -138,7 +138,7 @@ def main() -> None:
             run([relay], measured, args.roll_calls)
         print("two relays of a NATS cluster (identities split between them):")
         with NatsProcess(base / "nats") as nats:
-            run_pair(base, "c", lambda i: ["--nats", nats.url], measured, args.roll_calls)
+            run_pair(base, "c", lambda i: nats.relay_args(), measured, args.roll_calls)
         print("two regions (a hub and a leaf nats-server per region; one relay in each, identities split):")
         (base / "regions").mkdir()
         with NatsRegions(base / "regions", ["eu", "us"]) as regions:

@@ -114,7 +114,7 @@ def main() -> int:
         root = Path(tmp)
         ids = [load_or_create(root / f"r{i}" / "relay.key").node_id for i in range(2)]
         with NatsProcess(root / "nats") as nats_server:
-            a, b = (RelayProcess(root / f"r{i}", *RELAY, "--nats", nats_server.url, "--cluster-peer", ids[1 - i])
+            a, b = (RelayProcess(root / f"r{i}", *RELAY, *nats_server.relay_args(), "--cluster-peer", ids[1 - i])
                     for i in range(2))
             a.start(timeout=60)
             b.start(timeout=60)

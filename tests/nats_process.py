@@ -62,7 +62,7 @@ class NatsProcess:
     def relay_args(self, user: str | None = None) -> list[str]:
         """`ce-bench relay` options that join this server (as `user`, which it must know, when given)."""
         if user is None:
-            return ["--nats", self.url]
+            return ["--nats", self.url, "--nats-insecure"]  # no authorization block: said so
         return ["--nats", self.url, "--nats-user", user, "--nats-password-file", str(self.password_file(user))]
 
     def stop(self) -> None:

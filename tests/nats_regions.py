@@ -34,7 +34,7 @@ class NatsRegions:
 
     def relay_args(self, region: str) -> list[str]:
         """`ce-bench relay` options for a relay of `region`: its region's server, the hub's buckets."""
-        return ["--nats", self.url(region), "--region", region, "--nats-domain", HUB_DOMAIN]
+        return ["--nats", self.url(region), "--nats-insecure", "--region", region, "--nats-domain", HUB_DOMAIN]
 
     def _spawn(self, name: str, conf: str, port: int) -> None:
         path = self.base / f"{name}.conf"

@@ -63,7 +63,7 @@ def cluster(tmp_path: Path) -> Iterator[list[RelayProcess]]:
     with NatsProcess(tmp_path / "nats") as nats:
         ports = [free_port() for _ in range(3)]
         peers = [[arg for j in range(3) if j != i for arg in ("--cluster-peer", keys[j].node_id)] for i in range(3)]
-        relays = start_all([RelayProcess(tmp_path / f"r{i}", *OPTIONS, "--nats", nats.url,
+        relays = start_all([RelayProcess(tmp_path / f"r{i}", *OPTIONS, *nats.relay_args(),
                                          "--public-url", f"http://127.0.0.1:{ports[i]}", *peers[i], port=ports[i])
                             for i in range(3)])
         try:

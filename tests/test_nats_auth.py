@@ -184,6 +184,20 @@ def test_refused_or_unreadable_credentials_end_the_relay_with_one_line(tmp_path:
         good.stop()
 
 
+def test_a_server_that_admits_anonymous_clients_ends_the_relay_unless_told_insecure(tmp_path: Path) -> None:
+    """Before: a relay on an open nats-server started without a word about the missing authorization."""
+    with NatsProcess(tmp_path / "nats") as server:  # no authorization block: anyone may connect
+        assert in_thread(asyncio.run, forge(server.url)) is None  # the precondition: an anonymous client publishes
+        done = run_relay("--data-dir", str(tmp_path / "refused"), "--nats", server.url)
+        assert done.returncode == 1, done
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ce-bench: error: "), done.stderr
+        assert "admits clients without credentials" in lines[0] and "--nats-insecure" in lines[0], lines[0]
+        assert not (tmp_path / "refused").exists()  # refused before anything was written
+        accepted = RelayProcess(tmp_path / "accepted", "--nats", server.url, "--nats-insecure").start()
+        accepted.stop()
+
+
 def test_processes_run_their_own_nats_server_that_refuses_anonymous_clients(tmp_path: Path) -> None:
     relay = RelayProcess(tmp_path / "relay", "--processes", "2", "--ip-rate", "1000", "--beacon-interval", "1")
     server: list[psutil.Process] = []

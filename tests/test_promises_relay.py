@@ -267,8 +267,8 @@ def test_cluster_relay_refuses_forged_records_arriving_over_nats(tmp_path: Path)
     them as invalid and stores and serves none; the genuine records sent the same way are applied (the
     channel works), and a relay that starts later and catches up from the bucket refuses the forged entry."""
     nats_server = NatsProcess(tmp_path / "nats").start()
-    a = RelayProcess(tmp_path / "a", "--nats", nats_server.url).start()
-    b = RelayProcess(tmp_path / "b", "--nats", nats_server.url).start()
+    a = RelayProcess(tmp_path / "a", *nats_server.relay_args()).start()
+    b = RelayProcess(tmp_path / "b", *nats_server.relay_args()).start()
     relays = [a, b]
     invalid = 'ce_relay_cluster_received_total{result="invalid"}'
     try:
@@ -303,7 +303,7 @@ def test_cluster_relay_refuses_forged_records_arriving_over_nats(tmp_path: Path)
             assert sorted(n["node_id"] for n in atlas["nodes"]) == [key.node_id], atlas
             assert relay.get("/stats")[1]["nodes"] == 1
         # a relay that joins later catches up from the bucket: the genuine entry is applied, the forged one is not
-        c = RelayProcess(tmp_path / "c", "--nats", nats_server.url).start()
+        c = RelayProcess(tmp_path / "c", *nats_server.relay_args()).start()
         relays.append(c)
         eventually(lambda: serves(c, key.node_id) == newer, 15, "c catching up from the bucket")
         eventually(lambda: metric(c, invalid) >= 1, 15, "c judging the forged bucket entry")

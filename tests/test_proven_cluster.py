@@ -49,7 +49,7 @@ def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
 def cluster(tmp_path: Path) -> Iterator[tuple[NatsProcess, list[RelayProcess], list[NodeKey]]]:
     keys = [load_or_create(tmp_path / f"r{i}" / "relay.key") for i in range(2)]  # ids known before they start
     with NatsProcess(tmp_path / "nats") as nats:
-        relays = start_all([RelayProcess(tmp_path / f"r{i}", *SHARED_SGEMM, "--nats", nats.url, "--ip-rate", "1000",
+        relays = start_all([RelayProcess(tmp_path / f"r{i}", *SHARED_SGEMM, *nats.relay_args(), "--ip-rate", "1000",
                                          "--cluster-peer", keys[1 - i].node_id) for i in range(2)])
         try:
             yield nats, relays, keys

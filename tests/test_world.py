@@ -189,7 +189,8 @@ def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
         for h in RELAYS:
             peers = [arg for other in RELAYS if other != h for arg in ("--cluster-peer", keys[other].node_id)]
             procs.append(in_ns(h, CLI, "relay", "--host", f"10.78.{h}.2", "--port", "8000", "--data-dir",
-                               str(tmp_path / f"relay{h}"), "--nats", "nats://10.78.1.2:4222", "--public-url", url(h),
+                               str(tmp_path / f"relay{h}"), "--nats", "nats://10.78.1.2:4222", "--nats-insecure",
+                               "--public-url", url(h),
                                *peers, "--heartbeat-interval", "1", "--link-refit-interval-s", "5",
                                "--link-refit-max-duty", "1",  # nine nodes: refits are short; no wait after each
                                "--peer-probe-interval-s", "3", "--peer-probe-pair-repeat-s", "30",

@@ -132,6 +132,10 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      envvar="CE_NATS_PASSWORD_FILE",
                      help="file holding the --nats-user's password on one line, mode 0600 (or the password in "
                           "env CE_NATS_PASSWORD; never on the command line)"),
+        click.option("--nats-insecure", is_flag=True,
+                     help="run on a nats-server that admits clients without credentials (anyone who reaches it "
+                          "can publish on the relays' subjects and write their buckets); without this flag such a "
+                          "relay refuses to start"),
         *[click.option(name, field, type=kind, default=getattr(DEFAULTS, field), show_default=True, help=text)
           for name, (field, kind, text) in _TUNABLES.items()],
         click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
@@ -172,12 +176,14 @@ def relay_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 nats_password_file: Path | None, log_level: str, tls: bool, trusted_proxies: tuple[str, ...],
                 cluster_peers: tuple[str, ...], region: str | None, nats_domain: str | None,
                 public_url: str | None, libp2p_listen: str | None, job_submitters: tuple[str, ...],
-                libp2p_announce: tuple[str, ...], no_libp2p: bool, log_json: bool, **kwargs: Any) -> Any:
+                libp2p_announce: tuple[str, ...], no_libp2p: bool, log_json: bool, nats_insecure: bool,
+                **kwargs: Any) -> Any:
         if log_json:
             os.environ["CE_LOG_JSON"] = "1"  # the relay processes it starts read it too (web/api/logs.py)
         tunables = {field: kwargs.pop(field) for field, _, _ in _TUNABLES.values()}
         config = RelayConfig(host=host, port=port, data_dir=data_dir, nats_url=nats, nats_user=nats_user,
-                             nats_password_file=nats_password_file, public_url=public_url,
+                             nats_password_file=nats_password_file, nats_insecure=nats_insecure,
+                             public_url=public_url,
                              libp2p_listen=None if no_libp2p else libp2p_listen or default_libp2p_listen(host),
                              libp2p_announce=libp2p_announce,
                              trusted_proxies=tuple(trusted_proxies), cluster_peers=tuple(cluster_peers),

@@ -22,6 +22,9 @@ class RelayConfig:
     # relays' subjects.
     nats_user: str | None = None
     nats_password_file: Path | None = None
+    # A relay refuses to start on a nats-server that admits a client without credentials (web/cluster/nats_auth.py
+    # check(): it tries one), unless told so: there one relay's anonymous neighbour can forge the cluster's view.
+    nats_insecure: bool = False
     # A relay starting while its NATS server cannot be reached tries again this long, saying so, then exits with a
     # one-line error (before, it logged "Connection refused" twice a second forever and ignored SIGTERM). Long
     # enough for a compose file or systemd to bring the server up beside it.

@@ -11,7 +11,8 @@ connects as its own user of the server's `authorization` block (docs.nats.io, "U
 - relay_permissions() is the permission set of one relay user, server_config() a whole nats-server config
   (web/cluster/nats_local.py writes one for `--processes N`; the README and docs/manual.md show one);
 - check() connects once before the relay starts: credentials the server refuses end the command with one line
-  saying what was expected, instead of a relay that retries them forever.
+  saying what was expected, instead of a relay that retries them forever; a server that admits a client
+  without credentials ends it too, unless the operator said `--nats-insecure` (issue 46).
 """
 
 from __future__ import annotations
@@ -167,6 +168,14 @@ def check(config: RelayConfig, say: Callable[[str], None] | None = None) -> None
         return
     refused = reachable_refusal(config, options, say or (lambda line: print(line, file=sys.stderr, flush=True)))
     if refused is None:
+        # the same server without any credentials (a user:password@ in the URL counts as credentials)
+        credentialed = bool(options) or "@" in urllib.parse.urlsplit(config.nats_url).netloc
+        anonymous = asyncio.run(refusal(shown(config.nats_url), {})) if credentialed else None
+        if anonymous is None and not config.nats_insecure:
+            raise UserError(f"NATS at {shown(config.nats_url)} admits clients without credentials: anyone who reaches "
+                            "it can publish on the relays' subjects and write their buckets. Expected a server "
+                            "with an authorization block and no no_auth_user (docs/manual.md, \"A relay cluster\"); "
+                            "run with --nats-insecure to accept that")
         return
     where = f"NATS at {shown(config.nats_url)}"
     if options:
