@@ -24,12 +24,14 @@ from host_runner.relay_client import RelayError, fetch_beacon, post_profile, tru
 from host_runner.ui import PhaseProgress, console, results_table
 from web.api.tls import lan_address
 from web.cli import listen, relay_cmd, relay_options, serve, tls_files
+from web.cli_nats import nats_configs
 from web.cluster.nats_auth import check as check_nats
 from web.config import RelayConfig
 
 main.add_command(relay_cmd)
 main.add_command(listing_nodes)
 main.add_command(listing_roll_calls)
+main.add_command(nats_configs)
 
 
 @main.command("up")

@@ -249,3 +249,32 @@ def test_the_manual_shows_the_permissions_relays_get() -> None:
         listed = conf.split(f"{verb}: {{ allow: [", 1)[1].split("]", 1)[0]
         assert sorted(re.findall(r'"([^"]+)"', listed)) == sorted(permissions[verb]["allow"]), verb
     assert not re.search(r"^\s*no_auth_user", conf, re.MULTILINE) and conf.count("permissions: $RELAY") == 2
+
+
+def test_nats_configs_writes_servers_for_regions_that_nats_server_accepts(tmp_path: Path) -> None:
+    """`ce-bench nats-configs`: the hub's and each region's config (what tests/nats_regions.py runs, from the same
+    web/cluster/region_servers.py), accepted by `nats-server -t`, readable by their owner only; a bad region
+    spec is one line."""
+    from tests.nats_process import NATS_SERVER
+
+    out = tmp_path / "conf"
+    done = subprocess.run([CLI, "nats-configs", str(out), "--region", "eu:relay-e1,relay-e2", "--region", "us:relay-u1",
+                           "--hub-host", "hub.example"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["eu.conf", "hub.conf", "relay-e1.password", "relay-e2.password", "relay-u1.password",
+                     "us.conf"], names
+    for path in out.iterdir():
+        assert oct(path.stat().st_mode & 0o777) == "0o600", path
+    for conf in ("hub", "eu", "us"):
+        tested = subprocess.run([NATS_SERVER, "-t", "-c", str(out / f"{conf}.conf")], capture_output=True, text=True,
+                                timeout=30)
+        assert tested.returncode == 0, (conf, tested.stderr)
+    eu = (out / "eu.conf").read_text()
+    assert '"relay-e1"' in eu and '"relay-u1"' not in eu and "no_auth_user" not in eu
+    assert "nats-leaf://leaf-eu:" in eu and "@hub.example:7422" in eu
+    assert '"ce.trust.handoff.*"' in eu and '"$JS.hub.API.$KV.ce-atlas.>"' in eu
+    bad = subprocess.run([CLI, "nats-configs", str(tmp_path / "bad"), "--region", "EU"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "REGION:USER" in bad.stderr or "a region is" in bad.stderr, bad.stderr

@@ -105,12 +105,13 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
     names = ["e1", "e2", "u1"]
     keys = {n: load_or_create(tmp_path / n / "relay.key") for n in names}
     region = {"e1": "eu", "e2": "eu", "u1": "us"}
-    with NatsRegions(tmp_path / "nats", ["eu", "us"]) as nats:
+    # with authorization on every server, from the configs the project writes (web/cluster/region_servers.py)
+    with NatsRegions(tmp_path / "nats", ["eu", "us"], users={f"relay-{n}": region[n] for n in names}) as nats:
         relays: dict[str, RelayProcess] = {}
         try:
             for n in names:
                 peers = [a for p in names if p != n for a in ("--cluster-peer", keys[p].node_id)]
-                relays[n] = RelayProcess(tmp_path / n, *ROLL, *nats.relay_args(region[n]), *peers,
+                relays[n] = RelayProcess(tmp_path / n, *ROLL, *nats.relay_args(region[n], f"relay-{n}"), *peers,
                                          "--ip-rate", "1000").start()
             e1, e2, u1 = relays["e1"], relays["e2"], relays["u1"]
             key = registered(e1, measured, llm=False, gflops_fp32=HONEST_SHARE * measured["cpu"]["gflops_fp32"])
@@ -156,3 +157,7 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
         finally:
             for r in relays.values():
                 r.stop()
+    for name in ["hub", "eu", "us"]:  # every record crossed as the relays' permissions allow
+        assert "violation" not in (tmp_path / "nats" / f"{name}.log").read_text().lower(), name
+    for r in relays.values():
+        assert "permissions violation" not in r.log.read_text().lower(), r.log.read_text()[-3000:]

@@ -25,8 +25,10 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from common.errors import UserError
+from web.cluster.handoff import HANDOFF_SUBJECT
 from web.cluster.regions import Subjects
 from web.config import RelayConfig
 
@@ -78,27 +80,39 @@ def credentials(config: RelayConfig) -> dict[str, str]:
     return {"user": config.nats_user, "password": password}
 
 
-def relay_permissions(bucket: str, region: str | None = None) -> dict[str, dict[str, list[str]]]:
+def relay_permissions(bucket: str, region: str | None = None,
+                      domain: str | None = None) -> dict[str, Any]:
     """One relay user's permissions: publish on the relay subjects, the JetStream API calls the key-value
     buckets take (look up, create, watch, read) and the buckets' own subjects; subscribe on the relay
     subjects and reply inboxes. Nothing else: no stream deletes or purges, no other subjects. With a region
-    (web/cluster/regions.py): that region's subjects and links bucket, and the regions' scoreboards."""
+    (web/cluster/regions.py): that region's subjects and links bucket, the regions' scoreboards, and the
+    trust handoff (asks to any region, answered on this region's subject); with a JetStream domain (the
+    hub's, for a relay on a region's leaf server): the buckets' API under that domain's prefix."""
     subjects = Subjects.of(region)
     relay_subjects = list(RELAY_SUBJECTS) if region is None else [
         subjects.profiles, subjects.digests, subjects.beacons, subjects.transcripts, subjects.links,
         subjects.scoreboards]
-    publish = list(relay_subjects)
+    publish, subscribe = list(relay_subjects), [*relay_subjects, "_INBOX.>"]
+    if region is not None:
+        publish.append(f"{HANDOFF_SUBJECT}.*")  # an ask goes to the region the node left
+        subscribe.append(f"{HANDOFF_SUBJECT}.{region}")
+    api = f"$JS.{domain}.API" if domain else "$JS.API"
     links = f"{bucket}-links" + (f"-{region}" if region else "")
     for name in (bucket, links, f"{bucket}-jobs"):  # the profiles' bucket, the link samples' and the jobs'
         stream = f"KV_{name}"
-        publish += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}",
-                    f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>",
-                    f"$JS.API.CONSUMER.DELETE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.>",
-                    f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
-                    f"$JS.API.STREAM.MSG.GET.{stream}",
+        publish += [f"{api}.STREAM.INFO.{stream}", f"{api}.STREAM.CREATE.{stream}",
+                    f"{api}.CONSUMER.CREATE.{stream}", f"{api}.CONSUMER.CREATE.{stream}.>",
+                    f"{api}.CONSUMER.DELETE.{stream}.>", f"{api}.CONSUMER.INFO.{stream}.>",
+                    f"{api}.DIRECT.GET.{stream}", f"{api}.DIRECT.GET.{stream}.>",
+                    f"{api}.STREAM.MSG.GET.{stream}",
                     f"$JS.FC.{stream}.>",  # the watchers' flow-control replies
                     f"$KV.{name}.>"]
-    return {"publish": {"allow": publish}, "subscribe": {"allow": [*relay_subjects, "_INBOX.>"]}}
+        if domain:
+            publish.append(f"{api}.$KV.{name}.>")  # a bucket write across the leaf (nats_cluster.py _kv_put)
+    permissions: dict[str, Any] = {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
+    if region is not None:
+        permissions["allow_responses"] = True  # the answer to a handoff ask goes to the asker's reply inbox
+    return permissions
 
 
 def server_config(users: dict[str, str], listen: str, store_dir: Path, bucket: str) -> str:
