@@ -34,8 +34,8 @@ def parse_regions(specs: tuple[str, ...]) -> dict[str, list[str]]:
         if not names or region in out:
             raise UserError(f"--region {spec}: expected REGION:USER[,USER...] once per region (a relay user each)")
         out[region] = names
-    users = [u for names in out.values() for u in names]
-    if len(set(users)) != len(users):
+    every_user = [u for names in out.values() for u in names]
+    if len(set(every_user)) != len(every_user):
         raise UserError("each relay user belongs to one region")
     if not out:
         raise UserError("expected at least one --region REGION:USER[,USER...]")
