@@ -18,7 +18,7 @@ const FIGURES = [
 
 function percentile(value, all) {
   const known = all.filter((v) => typeof v === "number");
-  if (typeof value !== "number" || !known.length) return null;
+  if (typeof value !== "number" || known.length < 2) return null;  // a rank among one node says nothing
   return Math.round((100 * known.filter((v) => v <= value).length) / known.length);
 }
 
@@ -63,7 +63,9 @@ function drawHistory(events) {
   const svg = $("history"), W = 720, H = 240, L = 48, B = 24;
   const claims = events.filter((e) => e.event === "profile" && typeof e.cpu_gflops === "number");
   const checks = events.filter((e) => e.event === "challenge");
-  const ys = [...claims.map((e) => e.cpu_gflops), ...checks.map((e) => e.observed_gflops || 0)];
+  // only SGEMM answers observe GFLOP/s: a passed reference-model or GPU challenge is a mark on the time axis
+  // with its own figure, never a dot at 0 GFLOP/s
+  const ys = [...claims.map((e) => e.cpu_gflops), ...checks.filter((e) => typeof e.observed_gflops === "number").map((e) => e.observed_gflops)];
   if (!events.length || !ys.length) { svg.innerHTML = `<text x="${L}" y="${H / 2}">no history yet</text>`; return; }
   const t0 = Math.min(...events.map((e) => e.at)), t1 = Math.max(...events.map((e) => e.at), t0 + 1);
   const yMax = Math.max(...ys) * 1.15 || 1;
@@ -71,9 +73,15 @@ function drawHistory(events) {
   let path = "";
   claims.forEach((e, i) => { path += `${i ? "H" : "M"}${x(e.at).toFixed(1)} ${i ? "" : y(e.cpu_gflops).toFixed(1)}` + (i ? `V${y(e.cpu_gflops).toFixed(1)}` : ""); });
   if (claims.length) path += `H${x(t1).toFixed(1)}`;
-  const dots = checks.map((e) => e.passed
-    ? `<circle cx="${x(e.at).toFixed(1)}" cy="${y(e.observed_gflops || 0).toFixed(1)}" r="3" fill="#1a7f37"><title>observed ${(e.observed_gflops || 0).toFixed(1)} GFLOP/s</title></circle>`
-    : `<text x="${x(e.at).toFixed(1)}" y="${H - B - 2}" fill="#d1242f" text-anchor="middle">×<title>failed: ${esc(e.code)}</title></text>`).join("");
+  const other = (e) => typeof e.observed_tokens_per_sec === "number"
+    ? `reference model passed: ${e.observed_tokens_per_sec.toFixed(1)} tokens/s observed`
+    : typeof e.observed_tflops === "number" ? `GPU passed: ${e.observed_tflops.toFixed(4)} fp32 TFLOP/s observed`
+      : `${esc(e.kind || "challenge")} passed`;
+  const dots = checks.map((e) => !e.passed
+    ? `<text x="${x(e.at).toFixed(1)}" y="${H - B - 2}" fill="#d1242f" text-anchor="middle">×<title>failed: ${esc(e.code)}</title></text>`
+    : typeof e.observed_gflops === "number"
+      ? `<circle cx="${x(e.at).toFixed(1)}" cy="${y(e.observed_gflops).toFixed(1)}" r="3" fill="#1a7f37"><title>observed ${e.observed_gflops.toFixed(1)} GFLOP/s</title></circle>`
+      : `<path class="other-pass" d="M${x(e.at).toFixed(1)} ${H - B - 9}l4 7h-8z" fill="#8250df"><title>${other(e)}</title></path>`).join("");
   const ticks = [0, 0.5, 1].map((f) => `<text x="${L - 6}" y="${y(yMax * f / 1.15) + 4}" text-anchor="end" font-size="11">${(yMax * f / 1.15).toFixed(0)}</text>`).join("");
   svg.innerHTML = `<line x1="${L}" y1="${H - B}" x2="${W - 8}" y2="${H - B}" stroke="#8c959f"/>${ticks}` +
     `<text x="${L}" y="${H - 6}" font-size="11">${utc(t0)}</text>` +
@@ -117,7 +125,7 @@ async function load() {
     const v = get(profile);
     const [num, unit] = v == null ? ["null", ""] : show(v);
     const pct = percentile(v, atlas.nodes.map(get));
-    const bar = pct == null ? "—" : `<span class="pct" role="img" aria-label="${pct}th percentile"><span style="width:${pct}%"></span></span> ${pct}th`;
+    const bar = pct == null ? (v == null ? "—" : "no other live node to compare with") : `<span class="pct" role="img" aria-label="${pct}th percentile"><span style="width:${pct}%"></span></span> ${pct}th`;
     return `<tr><td data-label="figure">${label}</td><td data-label="value" class="num">${num} ${unit}</td>` +
       `<td data-label="among live nodes">${bar}</td><td data-label="method" class="method">${methodOf(evOf(profile.evidence || {}))}</td></tr>`;
   }).join("");

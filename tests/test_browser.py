@@ -444,6 +444,19 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         page.goto(relay.url + f"/nodes/{slow['node_id']}")
         page.wait_for_function("() => document.querySelectorAll('#figures tbody tr').length === 5")
         assert "50th" in page.locator("#figures tbody tr").first.inner_text()
+        # issue 47: the history chart plots GFLOP/s only where an answer observed them; a passed reference-model
+        # challenge is a mark with its own figure (it was a dot at 0 GFLOP/s). The relay's history answer is
+        # replaced by one with both kinds: these pages show what the relay says, so the input is the variable
+        t0 = time.time() - 60
+        events = [{"event": "profile", "at": t0, "cpu_gflops": 20.0},
+                  {"event": "challenge", "at": t0 + 20, "kind": "sgemm", "passed": True, "observed_gflops": 18.0},
+                  {"event": "challenge", "at": t0 + 40, "kind": "llm", "passed": True, "observed_gflops": None,
+                   "observed_tokens_per_sec": 512.5}]
+        page.route("**/history", lambda route: route.fulfill(json={"events": events}))
+        page.reload()
+        page.wait_for_function("() => document.querySelectorAll('#history circle, #history .other-pass').length === 2")
+        assert page.locator("#history circle").count() == 1  # the SGEMM answer alone
+        assert "512.5 tokens/s" in page.locator("#history .other-pass title").inner_text()
         from common.keys import NodeKey
 
         page.goto(relay.url + f"/nodes/{NodeKey.generate().node_id}")
