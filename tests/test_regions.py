@@ -6,12 +6,14 @@ the network's scoreboard, and a node that moves keeps its trust and is never cou
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.keys import load_or_create
+from capsule.signing import sign
+from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_regions import NatsRegions
 from tests.relay_process import RelayProcess
@@ -94,6 +96,17 @@ def measured(machine_profile: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(json.dumps(machine_profile)))
 
 
+def signed_now(relay: RelayProcess, measured: dict[str, Any], key: NodeKey) -> dict[str, Any]:
+    """The measured profile as `key`'s, measured now on the relay's beacon round, signed and not posted."""
+    body = {k: v for k, v in json.loads(json.dumps(measured)).items() if k != "sig"}
+    beacon = relay.get("/beacon")[1]
+    body.update(node_id=key.node_id, measured_at=int(time.time()),
+                beacon={k: beacon[k] for k in ("relay", "round", "value")})
+    body["llm"]["tokens_per_sec"] = None  # as registered(..., llm=False)
+    body["cpu"]["gflops_fp32"] = HONEST_SHARE * measured["cpu"]["gflops_fp32"]
+    return sign("NodeProfile", body, key)
+
+
 def network_nodes(relay: RelayProcess) -> tuple[int, dict[str, Any]]:
     body = relay.get("/stats")[1]
     return int(body["network"]["totals"]["nodes"]), body["network"]["regions"]
@@ -130,6 +143,7 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
                 assert passes_eu >= 2
             finally:
                 session.stop()
+            older = signed_now(e1, measured, key)  # measured before the move, posted to eu after it (below)
             # the node moves to us: its trust comes along, it is counted in one region at a time
             seen: list[int] = []
             session = LiveSession(u1.url, key, reactor_wasm=artifacts.reactor).start()
@@ -152,6 +166,11 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
                 until("the node counted in us and no longer in eu", 90, counted_in_us, lambda: network_nodes(u1))
                 assert max(seen) <= 1, seen  # never in both
                 assert e1.get("/stats")[1]["verified_nodes"] == 0
+                # a profile from before the move does not bring the node back to eu (issue 46: it was "replaced"
+                # and counted in both regions)
+                status, problem = e1.post("/v1/profiles", older)
+                assert status == 409 and problem["code"] == "moved_region", (status, problem)
+                assert e1.get("/stats")[1]["verified_nodes"] == 0 and network_nodes(u1)[0] == 1
             finally:
                 session.stop()
         finally:

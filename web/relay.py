@@ -260,6 +260,14 @@ class Relay:
     async def _post_profile(self, body: bytes, from_mesh: bool) -> tuple[int, dict[str, Any]]:
         self.ingest.check_size(body)
         verified = await self.verifier.verify(body)
+        moved = self.cluster.moved_away(verified.summary.node_id) if self.cluster is not None else None
+        if moved is not None and verified.summary.measured_at < moved[1]:
+            # a node is counted in one region at a time: a profile from before its move must not bring it back
+            # here (issue 46: one posted 5 s before the move was "replaced" and counted in both regions)
+            raise Problem(409, "moved_region", f"this node moved to region {moved[0]} at {moved[1]:.0f}; a profile "
+                          "measured before that is refused here",
+                          f"measured_at {verified.summary.measured_at}: measure again, or post to a relay of "
+                          f"region {moved[0]}")
         now = time.time()
         _, replaced = self.ingest.admit(verified, now)
         summary = verified.summary

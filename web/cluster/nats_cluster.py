@@ -266,6 +266,13 @@ class Cluster:
         """Whether the node's home is another region now: it is neither asked nor counted here."""
         return self.regions is not None and self.regions.moves.gone(node_id)
 
+    def moved_away(self, node_id: str) -> tuple[str, float] | None:
+        """(region, unix s) when the node's home moved to another region at that moment (a relay of that region
+        asked for its trust), else None."""
+        if self.regions is None or not self.regions.moves.gone(node_id):
+            return None
+        return self.regions.moves.home[node_id]
+
     def alive_peers(self, now: float) -> set[str]:
         fresh = now - 3 * self.core.config.beacon_interval_s - 2.0
         return {p for p, at in self.peers_seen.items() if at >= fresh}
