@@ -144,8 +144,10 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
             finally:
                 session.stop()
             older = signed_now(e1, measured, key)  # measured before the move, posted to eu after it (below)
-            # the node moves to us: its trust comes along, it is counted in one region at a time
+            # the node moves to us, its profile first (the way a flagged node once shed its flag: the profile
+            # claimed it for us without asking eu): its trust comes along, it is counted in one region at a time
             seen: list[int] = []
+            assert u1.post("/v1/profiles", signed_now(u1, measured, key))[0] in (200, 201)
             session = LiveSession(u1.url, key, reactor_wasm=artifacts.reactor).start()
             try:
                 until("us adopted the node's trust from eu", 30,

@@ -227,7 +227,11 @@ class Cluster:
     def publish_profile(self, node_id: str, measured_at: int, body: bytes) -> None:
         """Called after a local profile is durable; failures leave it unsynced for the resync loop."""
         if self.regions is not None:
-            self.regions.moves.learn(node_id, self.regions.region, time.time())
+            # a profile posted here is an arrival, as a session is: from another region, its trust (flags
+            # included) is asked for. Claiming the node without asking let a flagged node shed its flag by
+            # posting a fresh profile here before opening its session (issue 46).
+            self.regions.arrived(node_id, time.time())
+
         async def publish() -> None:
             with contextlib.suppress(NatsError, JetStreamError, TimeoutError, OSError):  # the resync loop retries
                 await self._publish(node_id, measured_at, body)
