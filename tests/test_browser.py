@@ -456,7 +456,7 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         page.reload()
         page.wait_for_function("() => document.querySelectorAll('#history circle, #history .other-pass').length === 2")
         assert page.locator("#history circle").count() == 1  # the SGEMM answer alone
-        assert "512.5 tokens/s" in page.locator("#history .other-pass title").inner_text()
+        assert "512.5 tokens/s" in str(page.locator("#history .other-pass title").text_content())
         from common.keys import NodeKey
 
         page.goto(relay.url + f"/nodes/{NodeKey.generate().node_id}")
