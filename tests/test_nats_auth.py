@@ -278,3 +278,7 @@ def test_nats_configs_writes_servers_for_regions_that_nats_server_accepts(tmp_pa
                          text=True, timeout=60)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "REGION:USER" in bad.stderr or "a region is" in bad.stderr, bad.stderr
+    # a relay user named as a server's own user would get that user's password (the hub's admin, a leaf)
+    clash = subprocess.run([CLI, "nats-configs", str(tmp_path / "clash"), "--region", "eu:admin,leaf-eu"],
+                           capture_output=True, text=True, timeout=60)
+    assert clash.returncode == 1 and "may not be named admin, leaf-eu" in clash.stderr, clash.stderr

@@ -17,6 +17,7 @@ from web.config import RelayConfig
 
 def _secret_file(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file written before with another mode: O_CREAT's mode applies only to a new one
     with os.fdopen(fd, "w") as f:
         f.write(text)
 
@@ -37,6 +38,11 @@ def parse_regions(specs: tuple[str, ...]) -> dict[str, list[str]]:
     every_user = [u for names in out.values() for u in names]
     if len(set(every_user)) != len(every_user):
         raise UserError("each relay user belongs to one region")
+    reserved = {"admin", *out, *(f"leaf-{r}" for r in out)}  # the servers' own users: never a relay's
+    taken = sorted(reserved & set(every_user))
+    if taken:
+        raise UserError(f"relay users may not be named {', '.join(taken)}: those names are the hub's admin, a "
+                        "region or a region's leaf connection")
     if not out:
         raise UserError("expected at least one --region REGION:USER[,USER...]")
     return out
@@ -51,7 +57,8 @@ def parse_regions(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--leaf-port", type=click.IntRange(1, 65535), default=7422, show_default=True,
               help="the hub's port for the regions' leaf connections")
 @click.option("--region-port", type=click.IntRange(1, 65535), default=4222, show_default=True,
-              help="the port each region's server listens on (its relays connect there)")
+              help="the port each region's server listens on (its relays connect there); each server is meant "
+                   "for a host of its own: on one host, give the hub and the regions different ports")
 @click.option("--domain", default="hub", show_default=True, help="the hub's JetStream domain (relays: --nats-domain)")
 def nats_configs(out_dir: Path, regions: tuple[str, ...], hub_host: str, hub_port: int, leaf_port: int,
                  region_port: int, domain: str) -> None:
@@ -59,14 +66,15 @@ def nats_configs(out_dir: Path, regions: tuple[str, ...], hub_host: str, hub_por
     permissions, leaf connections with a region's own user, no anonymous client anywhere."""
     by_region = parse_regions(regions)
     out_dir.mkdir(parents=True, exist_ok=True)
-    passwords = {name: secrets.token_urlsafe(24) for name in [*by_region, "admin",
-                                                               *(u for us in by_region.values() for u in us)]}
+    leaf_passwords = {region: secrets.token_urlsafe(24) for region in by_region}
+    passwords = {user: secrets.token_urlsafe(24) for users in by_region.values() for user in users}
     hub = hub_config(f"0.0.0.0:{hub_port}", f"0.0.0.0:{leaf_port}", Path("/var/lib/nats"), domain,
-                     {r: passwords[r] for r in by_region}, passwords["admin"])
+                     leaf_passwords, secrets.token_urlsafe(24))
     _secret_file(out_dir / "hub.conf", hub)
     for region, users in by_region.items():
         conf = region_config(region, f"0.0.0.0:{region_port}", f"nats-leaf://{hub_host}:{leaf_port}",
-                             passwords[region], {u: passwords[u] for u in users}, RelayConfig().nats_bucket, domain)
+                             leaf_passwords[region], {u: passwords[u] for u in users}, RelayConfig().nats_bucket,
+                             domain)
         _secret_file(out_dir / f"{region}.conf", conf)
         for user in users:
             _secret_file(out_dir / f"{user}.password", passwords[user] + "\n")

@@ -295,7 +295,8 @@ class Relay:
         self.challenges.refresh(node_id, now)  # a new claim is judged against what was observed
         log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
         if self.cluster is not None:
-            self.cluster.publish_profile(node_id, summary.measured_at, body)
+            # a profile that came over the mesh is no arrival of the node here (it was posted elsewhere)
+            self.cluster.publish_profile(node_id, summary.measured_at, body, arrival=not from_mesh)
         if self.mesh is not None and not from_mesh:
             self.mesh.publish_profile(body)
         return (200 if replaced else 201), {"node_id": node_id, "measured_at": summary.measured_at,

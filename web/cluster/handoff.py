@@ -26,6 +26,7 @@ from web.replay_marks import Marks, NoMarks
 
 HANDOFF_SUBJECT = "ce.trust.handoff"
 MARK_KIND = "handoff"  # the asks' marks in the store (web/replay_marks.py)
+HOME_KIND = "home"     # where a node that moved lives (key "NODE REGION", at: the move)
 
 
 def subject(region: str) -> str:
@@ -72,10 +73,21 @@ class Moves:
     marks: Marks = field(default_factory=NoMarks)  # the asks taken, kept across restarts (web/replay_marks.py)
 
     def load(self, now: float) -> None:
-        """The asks taken before a restart that are still fresh: a replay of one is refused after it too."""
+        """The asks taken before a restart that are still fresh (a replay of one is refused after it too), and
+        where each node that moved lives (a profile from before its move stays refused after it too)."""
         for key, at, _ in self.marks.load(MARK_KIND, now - self.max_age_s):
             relay, node_id, _ = key.split(" ", 2)
             self._taken[(relay, node_id, at)] = at
+        for key, at, _ in self.marks.load(HOME_KIND, 0.0):
+            node_id, _, region = key.partition(" ")
+            if node_id not in self.home or self.home[node_id][1] < at:
+                self.home[node_id] = (region, at)
+
+    def _moved(self, node_id: str, region: str, at: float) -> None:
+        """The node's home is `region` from `at` on: held, and kept across restarts (one row per node and
+        region: the latest `at` of each)."""
+        self.home[node_id] = (region, at)
+        self.marks.keep(HOME_KIND, f"{node_id} {region}", at)
 
     def learn(self, node_id: str, region: str | None, at: float) -> None:
         """A profile's region (the cluster envelope): the node's home, unless a later arrival says otherwise."""
@@ -88,7 +100,10 @@ class Moves:
         held = self.home.get(node_id)
         if held is not None and held[1] > at:
             return None  # a later arrival elsewhere already holds it
-        self.home[node_id] = (self.region, at)
+        if held is None or held[0] != self.region:
+            self._moved(node_id, self.region, at)
+        else:
+            self.home[node_id] = (self.region, at)
         return held[0] if held is not None and held[0] != self.region else None
 
     def take_ask(self, relay: str, node_id: str, to_region: str, at: float, now: float) -> str:
@@ -96,7 +111,9 @@ class Moves:
         here, answer with its trust), or why not: "stale", "replayed", "not_newer"."""
         if abs(now - at) > self.max_age_s:
             return "stale"
-        self._taken = {k: t for k, t in self._taken.items() if now - t <= self.max_age_s}
+        if any(now - t > self.max_age_s for t in self._taken.values()):
+            self._taken = {k: t for k, t in self._taken.items() if now - t <= self.max_age_s}
+            self.marks.drop(MARK_KIND, before=now - self.max_age_s)
         if (relay, node_id, at) in self._taken:
             return "replayed"
         self._taken[(relay, node_id, at)] = now
@@ -104,7 +121,7 @@ class Moves:
         held = self.home.get(node_id)
         if held is not None and held[1] > at:
             return "not_newer"
-        self.home[node_id] = (to_region, at)
+        self._moved(node_id, to_region, at)
         return "taken"
 
     def gone(self, node_id: str) -> bool:

@@ -224,9 +224,10 @@ class Cluster:
         await self.nc.publish(self.subjects.profiles, envelope)
         await self.core.store.write(Store.mark_synced_op(node_id, measured_at))
 
-    def publish_profile(self, node_id: str, measured_at: int, body: bytes) -> None:
-        """Called after a local profile is durable; failures leave it unsynced for the resync loop."""
-        if self.regions is not None:
+    def publish_profile(self, node_id: str, measured_at: int, body: bytes, arrival: bool = True) -> None:
+        """Called after a local profile is durable; failures leave it unsynced for the resync loop. `arrival`:
+        the node posted it here itself (not a copy from the mesh)."""
+        if self.regions is not None and arrival:
             # a profile posted here is an arrival, as a session is: from another region, its trust (flags
             # included) is asked for. Claiming the node without asking let a flagged node shed its flag by
             # posting a fresh profile here before opening its session (issue 46).
