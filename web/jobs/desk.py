@@ -143,6 +143,13 @@ class JobDesk:
                     blobs = await mirror.blobs([s for s in blob_shas(job.manifest) if not self.store.has_blob(s)])
                     if self.store.load_job(job.id) is None:
                         self.store.add_job(job, blobs)
+                    # the gone relay's running attempts are placed again here, as after a restart (load()): a
+                    # node that never comes to this relay held them forever (CI, 2026-12-07: 14 tasks "running"
+                    # on two nodes that did not move, for 180 s); a late result of one is ignored
+                    now = time.time()
+                    for task in job.tasks:
+                        for a in task.running():
+                            a.state, a.error, a.ended_at = "lost", "the relay that placed it is gone", now
                     self.store.save([job], [(job, t) for t in job.tasks],
                                     [(job, t, a) for t in job.tasks for a in t.attempts], {})
                     self.book.add(job, time.time())
