@@ -8,7 +8,6 @@ the regions' servers dial the hub as their leaf user, and no anonymous client is
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from tests.nats_process import NATS_SERVER
 from tests.relay_process import free_port
 from web.cluster.region_servers import hub_config, region_config
@@ -49,9 +49,7 @@ class NatsRegions:
         if self.users.get(user) != region:
             raise ValueError(f"{user!r} is not a relay user of region {region!r}: {self.users}")
         path = self.base / f"{user}.password"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(self.passwords[user] + "\n")
+        write_atomic(path, f"{self.passwords[user]}\n".encode(), 0o600)
         return ["--nats", self.url(region), "--nats-user", user, "--nats-password-file", str(path), *where]
 
     def _spawn(self, name: str, conf: str, port: int) -> None:

@@ -3,23 +3,20 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 import click
 
 from common.errors import UserError
+from common.files import write_atomic
 from web.cluster.region_servers import hub_config, leaf_user, region_config
 from web.cluster.regions import check_region
 from web.config import RelayConfig
 
 
 def _secret_file(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a file written before with another mode: O_CREAT's mode applies only to a new one
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    write_atomic(path, text.encode(), 0o600)  # a fresh file each time: an older one's mode does not carry over
 
 
 def parse_regions(specs: tuple[str, ...]) -> dict[str, list[str]]:

@@ -115,20 +115,27 @@ def relay_permissions(bucket: str, region: str | None = None,
     return permissions
 
 
-def server_config(users: dict[str, str], listen: str, store_dir: Path, bucket: str) -> str:
-    """A nats-server config: JetStream, and one user per relay (name -> password) with relay_permissions();
-    no `no_auth_user`, so a client without credentials is refused."""
+def authorization_block(permissions: dict[str, Any], users: dict[str, str]) -> list[str]:
+    """The lines of a nats-server `authorization` block: every user (name -> password) with `permissions`
+    (relay_permissions()); no `no_auth_user`, so a client without credentials is refused."""
     q = json.dumps  # a JSON string is a valid quoted string of the NATS config format
-    permissions = relay_permissions(bucket)
-    lines = ["# written by ce-bench (web/cluster/nats_auth.py): one user per relay, no anonymous access",
-             f"listen: {q(listen)}", f"jetstream {{ store_dir: {q(str(store_dir))} }}", "authorization {",
-             "  RELAY = {"]
+    lines = ["authorization {", "  RELAY = {"]
     for verb in ("publish", "subscribe"):
         lines.append(f"    {verb}: {{ allow: [{', '.join(q(s) for s in permissions[verb]['allow'])}] }}")
+    if permissions.get("allow_responses"):
+        lines.append("    allow_responses: true")
     lines += ["  }", "  users: ["]
     lines += [f"    {{ user: {q(name)}, password: {q(password)}, permissions: $RELAY }}"
               for name, password in users.items()]
-    lines += ["  ]", "}", ""]
+    return [*lines, "  ]", "}"]
+
+
+def server_config(users: dict[str, str], listen: str, store_dir: Path, bucket: str) -> str:
+    """A nats-server config: JetStream, and one user per relay (name -> password) with relay_permissions()."""
+    q = json.dumps
+    lines = ["# written by ce-bench (web/cluster/nats_auth.py): one user per relay, no anonymous access",
+             f"listen: {q(listen)}", f"jetstream {{ store_dir: {q(str(store_dir))} }}",
+             *authorization_block(relay_permissions(bucket), users), ""]
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import json
 import urllib.parse
 from pathlib import Path
 
-from web.cluster.nats_auth import relay_permissions
+from web.cluster.nats_auth import authorization_block, relay_permissions
 from web.cluster.regions import check_region
 
 q = json.dumps  # a JSON string is a valid quoted string of the NATS config format
@@ -53,16 +53,9 @@ def region_config(region: str, listen: str, hub_leaf_url: str, leaf_password: st
     parts = urllib.parse.urlsplit(hub_leaf_url)
     credentials = f"{urllib.parse.quote(leaf_user(region))}:{urllib.parse.quote(leaf_password, safe='')}"
     remote = parts._replace(netloc=f"{credentials}@{parts.netloc}").geturl()
-    permissions = relay_permissions(bucket, region, domain)
     lines = [f"# written by ce-bench (web/cluster/region_servers.py): region {region}'s server",
-             f"server_name: {q(region)}", f"listen: {q(listen)}", "authorization {", "  RELAY = {"]
-    for verb in ("publish", "subscribe"):
-        lines.append(f"    {verb}: {{ allow: [{', '.join(q(s) for s in permissions[verb]['allow'])}] }}")
-    if permissions.get("allow_responses"):
-        lines.append("    allow_responses: true")
-    lines += ["  }", "  users: ["]
-    lines += [f"    {{ user: {q(name)}, password: {q(password)}, permissions: $RELAY }}"
-              for name, password in relays.items()]
-    lines += ["  ]", "}", f"leafnodes {{ remotes: [ {{ url: {q(remote)} }} ] }}"]
+             f"server_name: {q(region)}", f"listen: {q(listen)}",
+             *authorization_block(relay_permissions(bucket, region, domain), relays)]
+    lines.append(f"leafnodes {{ remotes: [ {{ url: {q(remote)} }} ] }}")
     lines += ([f"http: {q(http)}"] if http else []) + [""]
     return "\n".join(lines)
