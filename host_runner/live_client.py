@@ -61,6 +61,10 @@ def _gpu_answer(seeds: list[int], n: int, reps: int, context: GpuContext) -> Gpu
 RECONNECT_FIRST_S = 2.0
 RECONNECT_MAX_S = 30.0
 RECONNECT_STABLE_S = 10.0  # a session held this long resets the backoff
+# how often a live session asks its relay again for the cluster's relays: a peer's URL reaches the relay with
+# its first view (seconds after both start), so the list learned at welcome alone may name no other relay, and
+# a node whose relay then dies has nowhere to go (CI, 2026-12-07: two of three nodes stayed with a killed relay)
+RELAYS_RELEARN_S = 20.0
 
 
 def reconnect_wait_s(failures: int, u: float) -> float:
@@ -113,8 +117,8 @@ class LiveSession:
         self._working_lock = threading.Lock()
         self._send_lock = threading.Lock()
         # the relays to keep the session with, in order of preference: this one, then the others of its
-        # cluster as GET /v1/relays names them (learned on each connection); a relay that fails is left for
-        # the next, so a node stays live when its relay dies
+        # cluster as GET /v1/relays names them (asked on each connection and every RELAYS_RELEARN_S); one that
+        # fails is left for the next, so a node stays live when its relay dies
         self.relays: list[str] = [relay_url.rstrip("/")]
         self.relay_url = self.relays[0]
         self.signer = signer
@@ -471,6 +475,7 @@ class LiveSession:
             welcome = json.loads(ws.recv(timeout=10))
             self._welcomed_at = time.monotonic()
             self._learn_relays()
+            relearn_at = time.monotonic() + RELAYS_RELEARN_S
             if self.reactor_wasm is not None:  # withdrawable: it stops a solo challenge a roll call withdraws
                 self._send(ws, {"type": "hello", "answers": self.answers, "withdrawable": True})
             interval = float(welcome["heartbeat_interval_s"])
@@ -492,6 +497,9 @@ class LiveSession:
                         transports = ["libp2p", "webrtc"] if self.multiaddrs else ["webrtc"]
                         self._send(ws, {"type": "peers", "transports": transports})
                     next_beat = time.monotonic() + beat_every  # (two beats per interval: one may be late)
+                if time.monotonic() >= relearn_at:  # off this loop: a slow answer must not hold back pongs
+                    relearn_at = time.monotonic() + RELAYS_RELEARN_S
+                    threading.Thread(target=self._learn_relays, name="learn-relays", daemon=True).start()
                 try:
                     frame = ws.recv(timeout=0.5)
                 except TimeoutError:
