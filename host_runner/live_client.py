@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import ssl
 import threading
@@ -61,10 +62,14 @@ def _gpu_answer(seeds: list[int], n: int, reps: int, context: GpuContext) -> Gpu
 RECONNECT_FIRST_S = 2.0
 RECONNECT_MAX_S = 30.0
 RECONNECT_STABLE_S = 10.0  # a session held this long resets the backoff
-# how often a live session asks its relay again for the cluster's relays: a peer's URL reaches the relay with
-# its first view (seconds after both start), so the list learned at welcome alone may name no other relay, and
-# a node whose relay then dies has nowhere to go (CI, 2026-12-07: two of three nodes stayed with a killed relay)
-RELAYS_RELEARN_S = 20.0
+# A peer's URL reaches a relay with the peer's first view, seconds after both start, so the relays a session
+# learns at welcome may lack one, and a node whose relay then dies has nowhere to go (CI, 2026-12-07: two of
+# three nodes stayed with a killed relay). While its relay names a cluster peer without a URL, a session asks
+# again after RELAYS_RELEARN_FIRST_S, doubling up to RELAYS_RELEARN_MAX_S (a peer that never comes costs a
+# relay of 10,000 sessions ~33 requests/s); once every peer has a URL it stops asking (--cluster-peer is fixed
+# for the life of a relay process, so nothing new can appear until the session reconnects).
+RELAYS_RELEARN_FIRST_S = 2.0
+RELAYS_RELEARN_MAX_S = 300.0
 
 
 def reconnect_wait_s(failures: int, u: float) -> float:
@@ -121,6 +126,8 @@ class LiveSession:
         # fails is left for the next, so a node stays live when its relay dies
         self.relays: list[str] = [relay_url.rstrip("/")]
         self.relay_url = self.relays[0]
+        self._relearn_wait_s = RELAYS_RELEARN_FIRST_S  # the next wait while a peer's URL is missing
+        self._relearn_after_s = RELAYS_RELEARN_FIRST_S  # when to ask again (inf: every peer has its URL)
         self.signer = signer
         self.acks = 0
         self._welcomed_at: float | None = None  # when the current connection got the relay's welcome
@@ -224,8 +231,11 @@ class LiveSession:
         try:
             with urllib.request.urlopen(self.relay_url + "/v1/relays", timeout=5, context=self.ssl_context) as r:
                 rows = json.loads(r.read())["relays"]
+            unheard = any(isinstance(row, dict) and not row.get("url") for row in rows)
         except (OSError, ValueError, KeyError, TypeError):
-            return
+            unheard, rows = True, []
+        self._relearn_after_s = self._relearn_wait_s if unheard else math.inf
+        self._relearn_wait_s = min(2 * self._relearn_wait_s, RELAYS_RELEARN_MAX_S)
         known = list(self.relays)
         for row in rows:
             url = row.get("url") if isinstance(row, dict) else None
@@ -474,8 +484,9 @@ class LiveSession:
             self._ws = ws
             welcome = json.loads(ws.recv(timeout=10))
             self._welcomed_at = time.monotonic()
+            self._relearn_wait_s = RELAYS_RELEARN_FIRST_S
             self._learn_relays()
-            relearn_at = time.monotonic() + RELAYS_RELEARN_S
+            relearn_at = time.monotonic() + self._relearn_after_s
             if self.reactor_wasm is not None:  # withdrawable: it stops a solo challenge a roll call withdraws
                 self._send(ws, {"type": "hello", "answers": self.answers, "withdrawable": True})
             interval = float(welcome["heartbeat_interval_s"])
@@ -498,7 +509,7 @@ class LiveSession:
                         self._send(ws, {"type": "peers", "transports": transports})
                     next_beat = time.monotonic() + beat_every  # (two beats per interval: one may be late)
                 if time.monotonic() >= relearn_at:  # off this loop: a slow answer must not hold back pongs
-                    relearn_at = time.monotonic() + RELAYS_RELEARN_S
+                    relearn_at = time.monotonic() + self._relearn_after_s
                     threading.Thread(target=self._learn_relays, name="learn-relays", daemon=True).start()
                 try:
                     frame = ws.recv(timeout=0.5)
