@@ -66,15 +66,23 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
   let current = 0, ws, seq = 0, timer = null, stopped = false;
   const openers = new Map(); // challenge id -> the answerer that committed to it (SGEMM and GPU may both be open)
   if (gpuAnswerer) gpuAnswerer.warm().catch((err) => onEvent({ type: "error", code: "gpu", detail: err.message }));
-  const learn = async () => {
+  // a peer's URL reaches the relay with the peer's first view, seconds after both start: while the relay names
+  // a peer without one, ask again 2 s later, doubling to 300 s (as host_runner/live_client.py does)
+  let relearn = null;
+  const learn = async (waitS = 2) => {
+    clearTimeout(relearn);
+    let unheard = true;
     try {
-      for (const r of (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || []) {
+      const rows = (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || [];
+      unheard = rows.some((r) => !r.url);
+      for (const r of rows) {
         if (r.self || typeof r.url !== "string" || !/^https?:\/\//.test(r.url)) continue;
         if (location.protocol === "https:" && r.url.startsWith("http:")) continue; // mixed content: not allowed
         const url = r.url.replace(/^http/, "ws").replace(/\/$/, "");
         if (!relays.includes(url)) relays.push(url);
       }
     } catch { /* the page's relay is away: keep what is known */ }
+    if (unheard && !stopped) relearn = setTimeout(() => learn(Math.min(2 * waitS, 300)), waitS * 1000);
   };
   const send = (message) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message)); };
   const prober = peerReport && typeof RTCPeerConnection === "function" ? peerProber(nodeId, key, py, send, peerReport) : null;
