@@ -299,6 +299,21 @@ class RecordKind:
         return tuple(sig for sig, _ in self.signatures)
 
 
+@dataclass(frozen=True)
+class ClusterProfile:
+    """A profile as a relay shares it with its cluster (web/cluster/nats_cluster.py): the node's signed profile as
+    posted (`body`), the relay it was posted to and that relay's region, signed by that relay. The profile is
+    believed on its own signature; the region only from a relay an operator names as a peer (an unsigned region
+    let any user of the cluster's NATS server name a region that never held the node, so the trust handoff asked
+    there, got no answer, and the node started afresh: its flag shed)."""
+
+    v: int = spec(minimum=1, maximum=1)
+    origin: str = node_id_field("the relay the node posted the profile to")
+    region: str | None = spec(pattern=r"^[a-z][a-z0-9-]{0,31}$", description="that relay's region (null: none)")
+    body: str = spec(max_length=1 << 20, description="the NodeProfile as the node posted it (JSON text)")
+    sig: str = spec(pattern=B64URL_SIG)
+
+
 REGISTRY: dict[str, RecordKind] = {
     "NodeProfile": RecordKind(NodeProfile, (("sig", "node_id"),)),
     "LinkSample": RecordKind(LinkSample, (("sig_a", "a"), ("sig_b", "b"))),  # both endpoints sign
@@ -309,6 +324,7 @@ REGISTRY: dict[str, RecordKind] = {
     "LiveDigest": RecordKind(LiveDigest, (("sig", "relay"),)),
     "Scoreboard": RecordKind(Scoreboard, (("sig", "relay"),)),
     "Handoff": RecordKind(Handoff, (("sig", "relay"),)),
+    "ClusterProfile": RecordKind(ClusterProfile, (("sig", "origin"),)),
     "JobRequest": RecordKind(JobRequest, (("sig", "submitter"),)),  # dispatched work: capsule/job_records.py
     "JobCancel": RecordKind(JobCancel, (("sig", "submitter"),)),
     "TaskReceipt": RecordKind(TaskReceipt, (("sig", "node_id"),)),

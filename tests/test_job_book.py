@@ -496,3 +496,33 @@ def test_a_task_no_machine_can_check_says_why_it_waits() -> None:
     book.add(nowhere, 3.0)
     assert not book.place(one_host, lambda _: None, 3.0)[0]
     assert nowhere.tasks[0].waiting == "no proven node meets the job's minimums, kind and region"
+
+
+def test_an_audit_decided_before_a_restart_is_still_placed_after_it(tmp_path: Any) -> None:
+    """The second node of an audit, decided when the first output arrived, is stored with the task: a relay
+    restarted from its SQLite file before placing it places it then. (Before, the task row kept replicas 1: the
+    restarted relay saw one output for one replica, wanted nothing, and the task stayed "running" forever.)"""
+    from web.jobs.job_store import JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    book = JobBook(JobsConfig())
+    m = {"v": 2, "kind": "wasi", "module": {"sha256": SHA}, "tasks": [{"args": ["0"]}],
+         "limits": {"memory_mib": 16, "wall_ms": 1000, "output_bytes": 64},
+         "placement": {"nodes": 10, "redundancy": 1, "audit": 0.0}}
+    j = Job(hashlib.sha256(b"r").hexdigest(), "submitter", parse(JobManifestV2, m), {"manifest": m}, 0.0, "seed",
+            "c" * 64, "d" * 64, 0.0)
+    book.add(j, 0.0)  # makes the tasks, which the store then holds
+    store.add_job(j, {})
+    first, changes = book.place(nodes(3), lambda _: None, 0.0)  # novices: audited
+    store.save(changes.jobs, changes.tasks, changes.attempts, {})
+    changes = answer(book, j, first[0].attempt.node_id, "out")
+    store.save(changes.jobs, changes.tasks, changes.attempts, {})
+    assert j.tasks[0].replicas == 2 and j.tasks[0].state == "running"  # the audit is decided, not yet placed
+    # the relay restarts here: a new book from the store
+    (loaded,) = store.unfinished()
+    book2 = JobBook(JobsConfig())
+    book2.add(loaded, 2.0)
+    again, _ = book2.place(nodes(3), lambda _: None, 2.0)
+    assert len(again) == 1 and again[0].attempt.node_id != first[0].attempt.node_id
+    changes = answer(book2, loaded, again[0].attempt.node_id, "out", now=3.0)
+    assert loaded.tasks[0].state == "done" and loaded.tasks[0].stdout == b"out"

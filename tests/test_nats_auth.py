@@ -239,16 +239,21 @@ def test_processes_run_their_own_nats_server_that_refuses_anonymous_clients(tmp_
 
 
 def test_the_manual_shows_the_permissions_relays_get() -> None:
-    """docs/manual.md's nats.conf grants exactly what web/cluster/nats_auth.py grants a relay (a copied config
-    works)."""
+    """docs/manual.md's nats.conf grants each relay user exactly what web/cluster/nats_auth.py grants it (a copied
+    config works), writes into the profiles' and link samples' buckets under its own keys only, and has no
+    no_auth_user."""
     manual = (Path(__file__).resolve().parents[1] / "docs" / "manual.md").read_text()
     start = manual.index("# nats.conf (mode 0600)")
     conf = manual[start:manual.index("```", start)]
-    permissions = relay_permissions(RelayConfig().nats_bucket)
-    for verb in ("publish", "subscribe"):
-        listed = conf.split(f"{verb}: {{ allow: [", 1)[1].split("]", 1)[0]
-        assert sorted(re.findall(r'"([^"]+)"', listed)) == sorted(permissions[verb]["allow"]), verb
-    assert not re.search(r"^\s*no_auth_user", conf, re.MULTILINE) and conf.count("permissions: $RELAY") == 2
+    users = re.findall(r'\{ user: "([^"]+)", password: "[^"]+", permissions: \{(.*?)\} \}', conf, re.DOTALL)
+    assert [u for u, _ in users] == ["relay-a", "relay-b"], users
+    for user, block in users:
+        permissions = relay_permissions(RelayConfig().nats_bucket, user=user)
+        for verb in ("publish", "subscribe"):
+            listed = block.split(f"{verb}: {{ allow: [", 1)[1].split("]", 1)[0]
+            assert sorted(re.findall(r'"([^"]+)"', listed)) == sorted(permissions[verb]["allow"]), (user, verb)
+        assert f'"$KV.ce-atlas.{user}.>"' in block and '"$KV.ce-atlas.>"' not in block
+    assert not re.search(r"^\s*no_auth_user", conf, re.MULTILINE)
 
 
 def test_nats_configs_writes_servers_for_regions_that_nats_server_accepts(tmp_path: Path) -> None:

@@ -5,11 +5,13 @@ the network's scoreboard, and a node that moves keeps its trust and is never cou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from capsule.signing import sign
@@ -19,6 +21,7 @@ from tests.nats_regions import NatsRegions
 from tests.relay_process import RelayProcess
 from tests.test_proven import HONEST_SHARE, ROLL, node, registered, until
 from tests.test_proven_cluster import metric
+from tests.threaded import in_thread
 from web.cluster.handoff import Moves, adopt, ask_body
 from web.cluster.regions import RegionBoard, Subjects, check_region
 from web.proof.trust import Trust
@@ -107,6 +110,15 @@ def signed_now(relay: RelayProcess, measured: dict[str, Any], key: NodeKey) -> d
     return sign("NodeProfile", body, key)
 
 
+async def publish_as(url: str, user: str, password: str, subject: str, data: bytes) -> None:
+    nc = await nats.connect(url, user=user, password=password)
+    try:
+        await nc.publish(subject, data)
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
 def network_nodes(relay: RelayProcess) -> tuple[int, dict[str, Any]]:
     body = relay.get("/stats")[1]
     return int(body["network"]["totals"]["nodes"]), body["network"]["regions"]
@@ -119,7 +131,9 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
     keys = {n: load_or_create(tmp_path / n / "relay.key") for n in names}
     region = {"e1": "eu", "e2": "eu", "u1": "us"}
     # with authorization on every server, from the configs the project writes (web/cluster/region_servers.py)
-    with NatsRegions(tmp_path / "nats", ["eu", "us"], users={f"relay-{n}": region[n] for n in names}) as nats:
+    # and a user of us's server the relays do not name as a peer (mallory: a hostile relay operator)
+    users = {**{f"relay-{n}": region[n] for n in names}, "mallory": "us"}
+    with NatsRegions(tmp_path / "nats", ["eu", "us"], users=users) as nats:
         relays: dict[str, RelayProcess] = {}
         try:
             for n in names:
@@ -143,6 +157,17 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
                 assert passes_eu >= 2
             finally:
                 session.stop()
+            # mallory republishes a genuine profile of the node (as any relay user can read one) in an envelope
+            # naming a region that never held it: believed, it sent us's trust ask there, unanswered, and the node
+            # started afresh in us. Only an envelope a named peer signed (ClusterProfile) teaches a region.
+            forged = {"origin": keys["e2"].node_id, "region": "ap", "body": json.dumps(signed_now(e1, measured, key))}
+            applied = 'ce_relay_cluster_received_total{result="applied"}'
+            applied_before = metric(u1, applied)
+            in_thread(asyncio.run, publish_as(nats.url("us"), "mallory", nats.passwords["mallory"],
+                                              Subjects.of("us").profiles, json.dumps(forged).encode()))
+            until("the forged envelope's (genuine) profile taken in us", 15,
+                  lambda: metric(u1, applied) > applied_before)
+            time.sleep(1.0)  # the next profile is measured a second later: newer than the forged one
             older = signed_now(e1, measured, key)  # measured before the move, posted to eu after it (below)
             # the node moves to us, its profile first (the way a flagged node once shed its flag: the profile
             # claimed it for us without asking eu): its trust comes along, it is counted in one region at a time

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 import urllib.parse
@@ -33,6 +34,7 @@ from web.cluster.regions import Subjects
 from web.config import RelayConfig
 
 PASSWORD_ENV = "CE_NATS_PASSWORD"
+USER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # What a relay publishes and reads (web/cluster/nats_cluster.py's SUBJECT_*; tests/test_nats_auth.py holds them equal).
 RELAY_SUBJECTS = ("ce.atlas.profiles", "ce.atlas.live-digests", "ce.relays.beacons", "ce.trust.transcripts",
                   "ce.atlas.links")
@@ -77,17 +79,35 @@ def credentials(config: RelayConfig) -> dict[str, str]:
     else:
         raise UserError(f"--nats-user {config.nats_user} needs its password: --nats-password-file FILE or "
                         f"${PASSWORD_ENV}")
-    return {"user": config.nats_user, "password": password}
+    return {"user": check_user(config.nats_user), "password": password}
+
+
+def check_user(user: str) -> str:
+    """A relay's NATS user name: it is also the prefix of the relay's keys in the shared buckets (writer_prefix),
+    so it must be one subject token a key may hold."""
+    if not USER_PATTERN.fullmatch(user):
+        raise UserError(f"NATS user {user!r}: expected 1-64 letters, digits, '-' or '_' (the user names this "
+                        "relay's keys in the cluster's buckets)")
+    return user
+
+
+def writer_prefix(config: RelayConfig, relay_id: str) -> str:
+    """The first token of every key this relay writes into the profiles' and the link samples' buckets: its NATS
+    user, whose permissions allow writes under that prefix only (relay_permissions(user=...)), so no relay user
+    can overwrite or purge another's keys; the relay id on a server without users."""
+    return config.nats_user if config.nats_user is not None else relay_id
 
 
 def relay_permissions(bucket: str, region: str | None = None,
-                      domain: str | None = None) -> dict[str, Any]:
+                      domain: str | None = None, user: str | None = None) -> dict[str, Any]:
     """One relay user's permissions: publish on the relay subjects, the JetStream API calls the key-value
     buckets take (look up, create, watch, read) and the buckets' own subjects; subscribe on the relay
     subjects and reply inboxes. Nothing else: no stream deletes or purges, no other subjects. With a region
     (web/cluster/regions.py): that region's subjects and links bucket, the regions' scoreboards, and the
     trust handoff (asks to any region, answered on this region's subject); with a JetStream domain (the
-    hub's, for a relay on a region's leaf server): the buckets' API under that domain's prefix."""
+    hub's, for a relay on a region's leaf server): the buckets' API under that domain's prefix. With a user:
+    writes into the profiles' and the link samples' buckets only under that user's keys (writer_prefix); the
+    jobs' bucket stays shared (a relay takes over another's job with a compare-and-set on the job's key)."""
     subjects = Subjects.of(region)
     relay_subjects = list(RELAY_SUBJECTS) if region is None else [
         subjects.profiles, subjects.digests, subjects.beacons, subjects.transcripts, subjects.links,
@@ -100,33 +120,36 @@ def relay_permissions(bucket: str, region: str | None = None,
     links = f"{bucket}-links" + (f"-{region}" if region else "")
     for name in (bucket, links, f"{bucket}-jobs"):  # the profiles' bucket, the link samples' and the jobs'
         stream = f"KV_{name}"
+        keys = f"{name}.{check_user(user)}.>" if user is not None and name != f"{bucket}-jobs" else f"{name}.>"
         publish += [f"{api}.STREAM.INFO.{stream}", f"{api}.STREAM.CREATE.{stream}",
                     f"{api}.CONSUMER.CREATE.{stream}", f"{api}.CONSUMER.CREATE.{stream}.>",
                     f"{api}.CONSUMER.DELETE.{stream}.>", f"{api}.CONSUMER.INFO.{stream}.>",
                     f"{api}.DIRECT.GET.{stream}", f"{api}.DIRECT.GET.{stream}.>",
                     f"{api}.STREAM.MSG.GET.{stream}",
                     f"$JS.FC.{stream}.>",  # the watchers' flow-control replies
-                    f"$KV.{name}.>"]
+                    f"$KV.{keys}"]
         if domain:
-            publish.append(f"{api}.$KV.{name}.>")  # a bucket write across the leaf (nats_cluster.py _kv_put)
+            publish.append(f"{api}.$KV.{keys}")  # a bucket write across the leaf (nats_cluster.py _kv_put)
     permissions: dict[str, Any] = {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
     if region is not None:
         permissions["allow_responses"] = True  # the answer to a handoff ask goes to the asker's reply inbox
     return permissions
 
 
-def authorization_block(permissions: dict[str, Any], users: dict[str, str]) -> list[str]:
-    """The lines of a nats-server `authorization` block: every user (name -> password) with `permissions`
-    (relay_permissions()); no `no_auth_user`, so a client without credentials is refused."""
+def authorization_block(permissions_of: Callable[[str], dict[str, Any]], users: dict[str, str]) -> list[str]:
+    """The lines of a nats-server `authorization` block: every user (name -> password) with its own permissions
+    (permissions_of(name): relay_permissions(..., user=name)); no `no_auth_user`, so a client without credentials
+    is refused."""
     q = json.dumps  # a JSON string is a valid quoted string of the NATS config format
-    lines = ["authorization {", "  RELAY = {"]
-    for verb in ("publish", "subscribe"):
-        lines.append(f"    {verb}: {{ allow: [{', '.join(q(s) for s in permissions[verb]['allow'])}] }}")
-    if permissions.get("allow_responses"):
-        lines.append("    allow_responses: true")
-    lines += ["  }", "  users: ["]
-    lines += [f"    {{ user: {q(name)}, password: {q(password)}, permissions: $RELAY }}"
-              for name, password in users.items()]
+    lines = ["authorization {", "  users: ["]
+    for name, password in users.items():
+        permissions = permissions_of(check_user(name))
+        lines += [f"    {{ user: {q(name)}, password: {q(password)}, permissions: {{"]
+        for verb in ("publish", "subscribe"):
+            lines.append(f"      {verb}: {{ allow: [{', '.join(q(s) for s in permissions[verb]['allow'])}] }}")
+        if permissions.get("allow_responses"):
+            lines.append("      allow_responses: true")
+        lines.append("    } }")
     return [*lines, "  ]", "}"]
 
 
@@ -135,7 +158,7 @@ def server_config(users: dict[str, str], listen: str, store_dir: Path, bucket: s
     q = json.dumps
     lines = ["# written by ce-bench (web/cluster/nats_auth.py): one user per relay, no anonymous access",
              f"listen: {q(listen)}", f"jetstream {{ store_dir: {q(str(store_dir))} }}",
-             *authorization_block(relay_permissions(bucket), users), ""]
+             *authorization_block(lambda user: relay_permissions(bucket, user=user), users), ""]
     return "\n".join(lines)
 
 

@@ -1,6 +1,9 @@
 """A relay cluster on NATS JetStream (ARCHITECTURE.md: "NATS JetStream for a relay cluster").
 
-- Durable shared state: a key-value bucket, key = NodeId, value = {"origin": relay id, "body": profile}.
+- Durable shared state: a key-value bucket, key = WRITER.NodeId (WRITER: the relay's NATS user, or its id on a
+  server without users; nats_auth.writer_prefix), value = {"origin": relay id, "body": profile}. Each relay user may
+  write only its own keys, so none can overwrite or purge another's; a node posted to two relays has two keys and
+  every reader keeps the newer profile (each verified before use: garbage under any key is skipped).
 - Live updates: every accepted profile is also published on SUBJECT_PROFILES, so other relays learn within
   milliseconds; which nodes are live on each relay crosses as signed digests on SUBJECT_DIGESTS, one per
   heartbeat interval and only when something changed (web/cluster/digests.py), not one message per heartbeat.
@@ -32,6 +35,7 @@ from web.api.problems import Problem
 from web.cluster.beacon_gate import BeaconGate
 from web.cluster.beacon_gate import window_s as beacon_window_s
 from web.cluster.digests import DigestBook, DigestWriter
+from web.cluster.nats_auth import writer_prefix
 from web.cluster.regional import Regional, TrustDesk
 from web.cluster.regions import Subjects
 from web.map.links import worth_gossiping
@@ -78,7 +82,8 @@ class Cluster:
         self.auth = auth or {}  # nats.connect's user and password (web/cluster/nats_auth.py credentials)
         self.nc: Any = None
         self.kv: Any = None
-        self.kv_links: Any = None  # the link samples' bucket (key "a.b"): a relay that starts later catches up
+        self.kv_links: Any = None  # the link samples' bucket (key "WRITER.a.b"): a relay that starts later catches up
+        self.key_prefix = writer_prefix(core.config, core.relay_id)  # this relay's keys in both buckets
         self.kv_jobs: Any = None  # dispatched jobs (web/jobs/cluster_jobs.py)
         self.links_sent: dict[tuple[str, str], dict[str, Any]] = {}  # this relay's edges as last sent
         self._tasks: list[asyncio.Task[None]] = []
@@ -218,9 +223,10 @@ class Cluster:
             await self._publish(node_id, measured_at, bytes(body))
 
     async def _publish(self, node_id: str, measured_at: int, body: bytes) -> None:
-        envelope = json.dumps({"origin": self.core.relay_id, "region": self.core.config.region,
-                               "body": body.decode()}).encode()
-        await self._put(await self._bucket(), node_id, envelope)
+        envelope = json.dumps(sign("ClusterProfile", {"v": 1, "origin": self.core.relay_id,
+                                                      "region": self.core.config.region, "body": body.decode()},
+                                   self.core.key)).encode()
+        await self._put(await self._bucket(), f"{self.key_prefix}.{node_id}", envelope)
         await self.nc.publish(self.subjects.profiles, envelope)
         await self.core.store.write(Store.mark_synced_op(node_id, measured_at))
 
@@ -303,7 +309,7 @@ class Cluster:
             data = json.dumps(sample).encode()
             a, b = sorted((sample["a"], sample["b"]))
             with contextlib.suppress(NatsError, JetStreamError, TimeoutError, OSError):
-                await self._put(await self._links_bucket(), f"{a}.{b}", data)
+                await self._put(await self._links_bucket(), f"{self.key_prefix}.{a}.{b}", data)
                 await self.nc.publish(self.subjects.links, data)
                 self.core.metrics.cluster_sent["links"] += 1
 
@@ -415,6 +421,15 @@ class Cluster:
         for node_id in became_live:
             self.core.atlas.heartbeat(node_id, now)
 
+    def _peer_signed(self, envelope: dict[str, Any]) -> bool:
+        """Whether a named peer signed the envelope (its region is believed only then: ClusterProfile)."""
+        try:
+            verify_record("ClusterProfile", envelope)
+        except (ValueError, TypeError, KeyError, ValidationError, SignatureError):
+            self.core.metrics.cluster_received["envelope_unsigned"] += 1
+            return False
+        return envelope["origin"] in self.core.config.cluster_peers
+
     async def apply(self, envelope_bytes: bytes) -> int:
         """Re-verifies a profile from another relay and keeps it when newer; 1 if applied."""
         metrics = self.core.metrics.cluster_received
@@ -430,7 +445,7 @@ class Cluster:
             metrics["own"] += 1
             return 0
         summary = verified.summary
-        if self.regions is not None:
+        if self.regions is not None and self._peer_signed(envelope):
             self.regions.learn(summary.node_id, envelope.get("region"), float(summary.measured_at))
         stored = self.core.atlas.nodes.get(summary.node_id)
         if stored is not None and stored.profile.measured_at >= summary.measured_at:

@@ -6,8 +6,9 @@ buckets) and one server per region, each a leaf node of the hub. Here every part
 - the hub admits leaf connections only with a region's leaf user and password (`leafnodes.authorization`), and
   client connections only as its admin user (nobody else connects to the hub directly);
 - a region's server admits its relays only, each as its own user with relay_permissions(bucket, region,
-  domain) (web/cluster/nats_auth.py): that region's subjects, the global ones, the trust handoff, and the
-  buckets' JetStream API under the hub's domain; no `no_auth_user`, so an anonymous client is refused;
+  domain, user) (web/cluster/nats_auth.py): that region's subjects, the global ones, the trust handoff, and the
+  buckets' JetStream API under the hub's domain, writing only its own keys; no `no_auth_user`, so an anonymous
+  client is refused;
 - the region's server dials the hub as that region's leaf user.
 
 A region's relays therefore run as they do on one authorized server (`--nats URL --nats-user NAME
@@ -55,7 +56,7 @@ def region_config(region: str, listen: str, hub_leaf_url: str, leaf_password: st
     remote = parts._replace(netloc=f"{credentials}@{parts.netloc}").geturl()
     lines = [f"# written by ce-bench (web/cluster/region_servers.py): region {region}'s server",
              f"server_name: {q(region)}", f"listen: {q(listen)}",
-             *authorization_block(relay_permissions(bucket, region, domain), relays)]
+             *authorization_block(lambda user: relay_permissions(bucket, region, domain, user), relays)]
     lines.append(f"leafnodes {{ remotes: [ {{ url: {q(remote)} }} ] }}")
     lines += ([f"http: {q(http)}"] if http else []) + [""]
     return "\n".join(lines)

@@ -161,6 +161,8 @@ class JobBook:
                     self.running[a.node_id] += 1
                     self.flying[(job.id, task.index, a.n)] = (job, task, a)
                 if task.state not in TERMINAL:
+                    if task.audited and task.replicas < 2 and any(a.output is not None for a in task.attempts):
+                        task.replicas = 2  # an audit decided before a restart (a store of an older relay)
                     self._want(job, task, first=False)  # in their order
         self._event(job, "job", {"state": job.state, "counts": job.counts()}, now)
 
@@ -422,6 +424,9 @@ class JobBook:
         outputs = [a.output for a in task.attempts if a.output is not None]
         if task.audited and task.replicas < 2 and outputs:
             task.replicas = 2  # the audit: a second node now (placed after the first output: web/jobs/rules.py)
+            # stored now: a relay restarted before the task ended loaded replicas 1 beside its one output, wanted
+            # nothing more, and the task stayed "running" forever (full suite, 2026-12-07)
+            changes.tasks.append((job, task))
         winner = majority(outputs, task.replicas)
         if winner is not None:
             checked = len(outputs) > 1
@@ -445,6 +450,7 @@ class JobBook:
             cap = max(3, job.manifest.placement.redundancy + 2)
             if task.replicas < cap:
                 task.replicas += 1  # no majority yet: one more node decides
+                changes.tasks.append((job, task))
                 self._event(job, "task", {"task": task.index, "state": "disputed", "outputs": done}, now)
             else:
                 self._end_task(job, task, "failed", f"no majority among {done} outputs", now, changes)
