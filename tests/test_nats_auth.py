@@ -278,7 +278,8 @@ def test_nats_configs_writes_servers_for_regions_that_nats_server_accepts(tmp_pa
     eu = (out / "eu.conf").read_text()
     assert '"relay-e1"' in eu and '"relay-u1"' not in eu and "no_auth_user" not in eu
     assert "nats-leaf://leaf-eu:" in eu and "@hub.example:7422" in eu
-    assert '"ce.trust.handoff.*"' in eu and '"$JS.hub.API.$KV.ce-atlas.>"' in eu
+    assert '"ce.trust.handoff.*"' in eu and '"$JS.hub.API.$KV.ce-atlas.relay-e1.>"' in eu
+    assert '"$JS.hub.API.$KV.ce-atlas.>"' not in eu  # each relay user writes its own keys only
     bad = subprocess.run([CLI, "nats-configs", str(tmp_path / "bad"), "--region", "EU"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
