@@ -1,7 +1,7 @@
 """Tokens/s of identities of one machine against one honest node, on one relay, on a two-relay cluster and
 across two regions (issue 45).
 
-    .venv/bin/python bench/tokens_identities.py [--roll-calls 4]
+    .venv/bin/python bench/tokens_identities.py [--roll-calls 4] [--cases one,cluster,regions]
 
 Method. A real profile of this machine (`ce-bench run`'s measurement, 500 ms phases): its reference-model claim
 is aggregate decode throughput over `llm.streams` streams. Roll calls every 6 s (the reference-model phase 3 s
@@ -10,7 +10,8 @@ reference, measured in the same run: one honest node (that profile, a LiveSessio
 the capsule's reactor, as `ce-bench node` does), its counted tokens/s at each roll call. Then 2 and 4 identities
 of the same machine, each claiming one stream at the one-stream rate (what a node of one stream honestly
 claims), answering at once: the sum of their counted tokens/s per roll call that asked them all. On one relay,
-then on two relays of a NATS cluster, then on two regions (identities split between them). Prints each roll
+then on two relays of a NATS cluster, then on two regions (identities split between them; every nats-server
+with authorization, each relay its own user, as deployed). Prints each roll
 call's figure, the median and the ratio to the honest node's median; the Done-when: identities <= 1.25x,
 honest >= 0.9 of its claim. The CPU model and date with the figures.
 """
@@ -123,7 +124,10 @@ def run_pair(base: Path, name: str, nats_args: Callable[[int], list[str]], measu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roll-calls", type=int, default=4)
+    parser.add_argument("--cases", default="one,cluster,regions",
+                        help="which of one,cluster,regions to run (comma-separated; default all)")
     args = parser.parse_args()
+    cases = set(args.cases.split(","))
     with tempfile.TemporaryDirectory(prefix="tokens-identities-") as tmp:
         base = Path(tmp)
         key = NodeKey.generate()
@@ -133,16 +137,23 @@ def main() -> None:
         llm = measured["llm"]
         print(f"{time.strftime('%Y-%m-%d')}  {cpu_model()}  profile: {llm['tokens_per_sec']:.1f} tokens/s over "
               f"{llm['streams']} streams, one stream {llm['tokens_per_sec_one_stream']:.1f}")
-        print("one relay:")
-        with RelayProcess(base / "one", *ROLL) as relay:
-            run([relay], measured, args.roll_calls)
-        print("two relays of a NATS cluster (identities split between them):")
-        with NatsProcess(base / "nats") as nats:
-            run_pair(base, "c", lambda i: nats.relay_args(), measured, args.roll_calls)
-        print("two regions (a hub and a leaf nats-server per region; one relay in each, identities split):")
-        (base / "regions").mkdir()
-        with NatsRegions(base / "regions", ["eu", "us"]) as regions:
-            run_pair(base, "g", lambda i: regions.relay_args(("eu", "us")[i]), measured, args.roll_calls)
+        if "one" in cases:
+            print("one relay:")
+            with RelayProcess(base / "one", *ROLL) as relay:
+                run([relay], measured, args.roll_calls)
+        # the cluster and the regions as deployed: authorization on every server, each relay its own user
+        if "cluster" in cases:
+            print("two relays of a NATS cluster with authorization (identities split between them):")
+            with NatsProcess(base / "nats", users=["relay-c0", "relay-c1"]) as nats:
+                run_pair(base, "c", lambda i: nats.relay_args(f"relay-c{i}"), measured, args.roll_calls)
+        if "regions" in cases:
+            print("two regions with authorization (a hub and a leaf nats-server per region; one relay in each, "
+                  "identities split):")
+            (base / "regions").mkdir()
+            region = ("eu", "us")
+            with NatsRegions(base / "regions", list(region), users={"relay-g0": "eu", "relay-g1": "us"}) as regions:
+                run_pair(base, "g", lambda i: regions.relay_args(region[i], f"relay-g{i}"), measured,
+                         args.roll_calls)
 
 if __name__ == "__main__":
     main()
