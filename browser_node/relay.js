@@ -74,7 +74,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
     let unheard = true;
     try {
       const rows = (await (await fetch("/v1/relays", { cache: "no-store" })).json()).relays || [];
-      unheard = rows.some((r) => !r.url);
+      unheard = rows.some((r) => !r.self && !r.url); // (its own row has no URL without --public-url)
       for (const r of rows) {
         if (r.self || typeof r.url !== "string" || !/^https?:\/\//.test(r.url)) continue;
         if (location.protocol === "https:" && r.url.startsWith("http:")) continue; // mixed content: not allowed
@@ -82,6 +82,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
         if (!relays.includes(url)) relays.push(url);
       }
     } catch { /* the page's relay is away: keep what is known */ }
+    clearTimeout(relearn); // a learn() begun while this one awaited its answer: one chain of asks, not two
     if (unheard && !stopped) relearn = setTimeout(() => learn(Math.min(2 * waitS, 300)), waitS * 1000);
   };
   const send = (message) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message)); };
@@ -187,7 +188,7 @@ export function liveSession(nodeId, key, py, onEvent, answerer = null, gpuAnswer
     // the user ticked or unticked "run tasks": the slot is offered or withdrawn (a running task stops)
     tasksChanged() { if (tasks && !tasks.allowed()) tasks.runner.stop(); jobs(); },
     stop() {
-      stopped = true; clearInterval(timer); ws.close();
+      stopped = true; clearInterval(timer); clearTimeout(relearn); ws.close();
       if (tasks) tasks.runner.stop();
       document.removeEventListener("visibilitychange", hello);
       document.removeEventListener("visibilitychange", peers);

@@ -122,12 +122,12 @@ class LiveSession:
         self._working_lock = threading.Lock()
         self._send_lock = threading.Lock()
         # the relays to keep the session with, in order of preference: this one, then the others of its
-        # cluster as GET /v1/relays names them (asked on each connection and every RELAYS_RELEARN_S); one that
-        # fails is left for the next, so a node stays live when its relay dies
+        # cluster as GET /v1/relays names them (asked on each connection, and again while a peer has no URL:
+        # RELAYS_RELEARN_FIRST_S); one that fails is left for the next, so a node stays live when its relay dies
         self.relays: list[str] = [relay_url.rstrip("/")]
         self.relay_url = self.relays[0]
         self._relearn_wait_s = RELAYS_RELEARN_FIRST_S  # the next wait while a peer's URL is missing
-        self._relearn_after_s = RELAYS_RELEARN_FIRST_S  # when to ask again (inf: every peer has its URL)
+        self._relearn_at = math.inf  # when to ask again (monotonic; inf: every peer has its URL, or asking now)
         self.signer = signer
         self.acks = 0
         self._welcomed_at: float | None = None  # when the current connection got the relay's welcome
@@ -231,10 +231,11 @@ class LiveSession:
         try:
             with urllib.request.urlopen(self.relay_url + "/v1/relays", timeout=5, context=self.ssl_context) as r:
                 rows = json.loads(r.read())["relays"]
-            unheard = any(isinstance(row, dict) and not row.get("url") for row in rows)
+            # (this relay's own row has no URL without --public-url: it is no peer to wait for)
+            unheard = any(isinstance(row, dict) and not row.get("self") and not row.get("url") for row in rows)
         except (OSError, ValueError, KeyError, TypeError):
             unheard, rows = True, []
-        self._relearn_after_s = self._relearn_wait_s if unheard else math.inf
+        self._relearn_at = time.monotonic() + (self._relearn_wait_s if unheard else math.inf)
         self._relearn_wait_s = min(2 * self._relearn_wait_s, RELAYS_RELEARN_MAX_S)
         known = list(self.relays)
         for row in rows:
@@ -486,7 +487,6 @@ class LiveSession:
             self._welcomed_at = time.monotonic()
             self._relearn_wait_s = RELAYS_RELEARN_FIRST_S
             self._learn_relays()
-            relearn_at = time.monotonic() + self._relearn_after_s
             if self.reactor_wasm is not None:  # withdrawable: it stops a solo challenge a roll call withdraws
                 self._send(ws, {"type": "hello", "answers": self.answers, "withdrawable": True})
             interval = float(welcome["heartbeat_interval_s"])
@@ -508,8 +508,8 @@ class LiveSession:
                         transports = ["libp2p", "webrtc"] if self.multiaddrs else ["webrtc"]
                         self._send(ws, {"type": "peers", "transports": transports})
                     next_beat = time.monotonic() + beat_every  # (two beats per interval: one may be late)
-                if time.monotonic() >= relearn_at:  # off this loop: a slow answer must not hold back pongs
-                    relearn_at = time.monotonic() + self._relearn_after_s
+                if time.monotonic() >= self._relearn_at:  # off this loop: a slow answer must not hold back pongs
+                    self._relearn_at = math.inf  # (the thread sets the next time when its answer is in)
                     threading.Thread(target=self._learn_relays, name="learn-relays", daemon=True).start()
                 try:
                     frame = ws.recv(timeout=0.5)

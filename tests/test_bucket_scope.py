@@ -4,9 +4,12 @@ The attacker is a user of the cluster's nats-server that the relays do not name 
 operator of the cluster turned hostile). Before, any relay user could purge any key of the profiles' bucket and
 overwrite another with garbage, and a relay started later answered 404 for both nodes. Now each relay writes its
 keys under its own user (web/cluster/nats_auth.py writer_prefix; the server's permissions allow nothing else):
-mallory's purge and overwrite of relay-a's keys are refused by the server, a relay that starts afterwards catches
-both nodes up from the bucket, and what mallory may write (under its own prefix) is verified before use and
-skipped. The control: the same calls under mallory's own prefix are taken by the server."""
+mallory's purge and overwrite of relay-a's keys are refused by the server, and so is a rollup (a message with
+`Nats-Rollup: all` on mallory's own key, which purges every key of a bucket that allows rollups, as nats.py makes
+them; web/cluster/buckets.py makes them without); a relay that starts afterwards catches both nodes up from the
+bucket, and what mallory may write (under its own prefix) is verified before use and skipped. The control: the
+same calls under mallory's own prefix are taken by the server. And a bucket a relay user made first, with rollups
+allowed, is fixed by a relay that may update streams and reported loudly by one that may not."""
 
 from __future__ import annotations
 
@@ -61,6 +64,26 @@ def attack(url: str, password: str, keys: list[str]) -> dict[str, str | None]:
     return in_thread(asyncio.run, go())
 
 
+def rollup(url: str, user: str | None, password: str | None, subject: str) -> str | None:
+    """One empty message with `Nats-Rollup: all` on `subject`: in a stream that allows rollups it purges every key
+    of the bucket. None where the stream took it, else what refused it."""
+    async def go() -> str | None:
+        async def quiet(exc: Exception) -> None:
+            return None
+
+        nc = await nats.connect(url, user=user, password=password, error_cb=quiet)
+        try:
+            await nc.jetstream(timeout=3).publish(subject, b"", headers={"Nats-Rollup": "all"})
+            return None
+        except (NatsError, JetStreamError, TimeoutError) as exc:
+            return repr(exc)
+        finally:
+            await nc.close()
+
+    refused: str | None = in_thread(asyncio.run, go())
+    return refused
+
+
 def bucket_keys(url: str, password: str) -> list[str]:
     async def go() -> list[str]:
         nc = await nats.connect(url, user="mallory", password=password)
@@ -99,6 +122,9 @@ def test_a_relay_user_cannot_purge_or_overwrite_another_relays_keys(tmp_path: Pa
             # the control: the same calls under mallory's own keys are taken (so the refusals above mean scope)
             own = [f"mallory.{k.node_id}" for k in nodes]
             assert attack(server.url, mallory, own) == dict.fromkeys(own), "mallory's own keys"
+            # a rollup on mallory's own key would purge everyone's keys: the stream refuses rollups
+            assert rollup(server.url, "mallory", mallory, f"$KV.ce-atlas.mallory.{nodes[0].node_id}") is not None
+            assert set(theirs) <= set(bucket_keys(server.url, mallory))
             c.start()  # catches up from the bucket: both nodes, from relay-a's keys; mallory's garbage skipped
             for k in nodes:
                 until("c serves the node from the bucket", 20, functools.partial(serves, c, k.node_id))
@@ -110,3 +136,30 @@ def test_a_relay_user_cannot_purge_or_overwrite_another_relays_keys(tmp_path: Pa
                 r.stop()
     for r in (a, c):
         assert "permissions violation" not in r.log.read_text().lower(), r.log.read_text()[-3000:]
+
+
+def make_bucket_with_rollups(url: str, user: str | None, password: str | None) -> None:
+    """The profiles' bucket as nats.py makes it (rollup headers allowed), before any relay starts."""
+    async def go() -> None:
+        nc = await nats.connect(url, user=user, password=password)
+        try:
+            await nc.jetstream(timeout=3).create_key_value(bucket="ce-atlas", history=1)
+        finally:
+            await nc.close()
+
+    in_thread(asyncio.run, go())
+
+
+def test_a_bucket_made_with_rollups_is_fixed_where_the_relay_may_and_reported_where_it_may_not(
+        tmp_path: Path) -> None:
+    with NatsProcess(tmp_path / "open") as server:  # no users: the relay may update the stream
+        make_bucket_with_rollups(server.url, None, None)
+        assert rollup(server.url, None, None, "$KV.ce-atlas.x.y") is None  # the precondition: rollups taken
+        with RelayProcess(tmp_path / "r1", *server.relay_args()) as relay:
+            until("the relay fixed the bucket", 20, lambda: "refused from now on" in relay.log.read_text())
+            assert rollup(server.url, None, None, "$KV.ce-atlas.x.y") is not None
+    with NatsProcess(tmp_path / "auth", users=["relay-a", "mallory"]) as server:
+        make_bucket_with_rollups(server.url, "mallory", server.passwords["mallory"])  # mallory made it first
+        with RelayProcess(tmp_path / "r2", *server.relay_args("relay-a")) as relay:
+            until("the relay reported the bucket", 20, lambda: "is not safe to share" in relay.log.read_text())
+            assert "nats stream edit KV_ce-atlas --no-allow-rollup" in relay.log.read_text()

@@ -163,8 +163,13 @@ def test_regions_keep_their_traffic_count_a_node_once_and_a_moving_node_keeps_it
             forged = {"origin": keys["e2"].node_id, "region": "ap", "body": json.dumps(signed_now(e1, measured, key))}
             applied = 'ce_relay_cluster_received_total{result="applied"}'
             applied_before = metric(u1, applied)
-            in_thread(asyncio.run, publish_as(nats.url("us"), "mallory", nats.passwords["mallory"],
-                                              Subjects.of("us").profiles, json.dumps(forged).encode()))
+            # ...unsigned, naming a peer; and signed, by mallory's own relay key (no named peer)
+            mallory_key = NodeKey.generate()
+            signed = sign("ClusterProfile", {"v": 1, "origin": mallory_key.node_id, "region": "ap",
+                                             "body": json.dumps(signed_now(e1, measured, key))}, mallory_key)
+            for envelope in (forged, signed):
+                in_thread(asyncio.run, publish_as(nats.url("us"), "mallory", nats.passwords["mallory"],
+                                                  Subjects.of("us").profiles, json.dumps(envelope).encode()))
             until("the forged envelope's (genuine) profile taken in us", 15,
                   lambda: metric(u1, applied) > applied_before)
             time.sleep(1.0)  # the next profile is measured a second later: newer than the forged one

@@ -34,6 +34,7 @@ from web.api.ingest import verify_profile
 from web.api.problems import Problem
 from web.cluster.beacon_gate import BeaconGate
 from web.cluster.beacon_gate import window_s as beacon_window_s
+from web.cluster.buckets import Buckets
 from web.cluster.digests import DigestBook, DigestWriter
 from web.cluster.nats_auth import writer_prefix
 from web.cluster.regional import Regional, TrustDesk
@@ -84,6 +85,7 @@ class Cluster:
         self.kv: Any = None
         self.kv_links: Any = None  # the link samples' bucket (key "WRITER.a.b"): a relay that starts later catches up
         self.key_prefix = writer_prefix(core.config, core.relay_id)  # this relay's keys in both buckets
+        self.buckets = Buckets()
         self.kv_jobs: Any = None  # dispatched jobs (web/jobs/cluster_jobs.py)
         self.links_sent: dict[tuple[str, str], dict[str, Any]] = {}  # this relay's edges as last sent
         self._tasks: list[asyncio.Task[None]] = []
@@ -148,11 +150,8 @@ class Cluster:
         self._catch_up_needed.set()
 
     async def _kv(self, name: str) -> Any:
-        js = self.nc.jetstream(timeout=5, domain=self.core.config.nats_domain)
-        try:
-            return await js.key_value(name)
-        except JetStreamError:
-            return await js.create_key_value(bucket=name, history=1)
+        """A bucket, made without rollups where missing and checked once (web/cluster/buckets.py)."""
+        return await self.buckets.open(self.nc.jetstream(timeout=5, domain=self.core.config.nats_domain), name)
 
     async def _put(self, kv: Any, key: str, value: bytes) -> None:
         """A bucket write. Across a leaf connection (nats_domain) it goes to the hub's own prefix, as NATS's Go
