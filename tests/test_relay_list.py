@@ -9,6 +9,7 @@ session with A holds, and move to B when A is killed with -9."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,20 @@ def test_a_session_learns_a_relay_that_started_after_it_and_moves_there_when_its
                 session.stop()
             for r in (a, b):
                 r.stop()
+
+
+def test_a_relay_without_peers_or_public_url_is_not_asked_again(tmp_path: Path) -> None:
+    """A lone relay started without --public-url lists itself with no URL: that row is no peer to wait for, so the
+    session asks once, at welcome, and never again (before, every session of such a relay asked for its whole life:
+    2 s, doubling to 300 s). Read from the session's next-ask time, the one place that decision shows."""
+    with RelayProcess(tmp_path / "r", *OPTIONS) as relay:
+        rows = relay.get("/v1/relays")[1]["relays"]
+        assert [(r["self"], r["url"]) for r in rows] == [(True, None)]  # the precondition: its own row, no URL
+        (node_key, _), = in_thread(register_nodes, relay, 1)[0]
+        session = LiveSession(relay.url, node_key)
+        session.start()
+        try:
+            until("the session is live", 30, lambda: session.acks > 0)
+            assert session._relearn_at == math.inf, session._relearn_at  # noqa: SLF001 - no other trace of it
+        finally:
+            session.stop()

@@ -6,7 +6,7 @@ on a subject the user may publish (its own key) purges every key of the bucket, 
 2026-12-07). And whoever makes a bucket first chooses its stream's config (a subject transform could map one
 user's keys onto another's; a republish could leak them). So:
 
-- open_bucket() makes a missing bucket as nats.py does, except that rollups are refused (nothing in web/ purges
+- Buckets.open() makes a missing bucket as nats.py does, except that rollups are refused (nothing in web/ purges
   a key: a key is only ever overwritten with a newer verified record);
 - and checks an existing one (problems()): a bucket that allows rollups, takes other subjects, transforms or
   republishes them, or mirrors or sources another stream is fixed where this relay may update the stream (a
@@ -56,7 +56,6 @@ class Buckets:
     """Opens the cluster's buckets through one JetStream context, checking each once."""
 
     def __init__(self) -> None:
-        self.unsafe: dict[str, list[str]] = {}  # bucket -> its problems, as last reported (for /metrics)
         self._checked: set[str] = set()
 
     async def open(self, js: Any, name: str) -> Any:
@@ -81,9 +80,6 @@ class Buckets:
         self._checked.add(name)
         found = problems(config, name)
         if found:
-            self.unsafe[name] = found
             log.error("bucket %s is not safe to share: %s; have the NATS operator run `nats stream edit KV_%s "
                       "--no-allow-rollup` (or recreate the stream as web/cluster/buckets.py stream_config makes it)",
                       name, "; ".join(found), name)
-        else:
-            self.unsafe.pop(name, None)
