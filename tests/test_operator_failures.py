@@ -42,6 +42,31 @@ def test_a_relay_on_a_port_another_process_holds_says_so_and_writes_nothing(tmp_
     assert not (tmp_path / "data").exists()  # no key, no store
 
 
+def test_processes_on_a_port_another_relay_shares_say_so_and_write_nothing(tmp_path: Path) -> None:
+    """`--processes N` binds the port in each process with SO_REUSEPORT. Before: a second `--processes` relay on
+    the port of a first (its sockets SO_REUSEPORT too) bound beside it without a word, and the kernel split the
+    connections between two relays; a plain socket there cost three restarts of each process and wrote keys."""
+    for reuse_port in (True, False):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", free_port()))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        data = tmp_path / f"data-{reuse_port}"
+        with sock:
+            try:
+                result = subprocess.run([CLI, "relay", "--processes", "2", "--port", str(port), "--data-dir",
+                                         str(data)], capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired as exc:  # it serves: the failure this test is about
+                raise AssertionError(f"--processes 2 started on a held port (SO_REUSEPORT {reuse_port})") from exc
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == (f"ce-bench: error: cannot listen on 127.0.0.1:{port}: another process "
+                                         "listens there (a relay already running? pick another --port)"), result.stderr
+        assert not data.exists()  # no key, no store, no nats-server config
+
+
 def test_up_on_a_port_another_process_holds_measures_and_posts_nothing(tmp_path: Path) -> None:
     """Before: `up` measured anyway, posted this machine's profile to the relay on that port and exited 0."""
     sock, port = held_port()

@@ -229,6 +229,13 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def port_free(host: str, port: int) -> None:
+    """`--processes N`: each process binds the port itself with SO_REUSEPORT, which another SO_REUSEPORT socket
+    of this user (a second `--processes` relay) would share without a word, splitting the connections between
+    two relays. One bind without SO_REUSEPORT first fails while any socket holds the port, then is let go."""
+    listen(host, port).close()
+
+
 def key_hint(exc: KeyFileError) -> str:
     return "" if "chmod" in str(exc) else "; move it away and restart to make a new one (a new relay id)"
 
@@ -297,6 +304,8 @@ def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) ->
         raise UserError("--processes needs a fixed --port: with port 0 each process would take another port")
     # the port, then the NATS credentials, before anything is written (a key, a store, a nats-server)
     sock = listen(config.host, config.port) if processes == 1 else None
+    if sock is None:
+        port_free(config.host, config.port)
     if sock is not None:
         config = dataclasses.replace(config, port=sock.getsockname()[1])
     check(config)
@@ -312,4 +321,6 @@ def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) ->
         click.echo(f"relay id {relay_id(config)} (other relays name it with --cluster-peer)", err=True)
         serve(config, log_level, files, sock)
     else:
+        ids = ", ".join(relay_id(c) for c in configs)
+        click.echo(f"relay ids {ids} (other relays name each with --cluster-peer)", err=True)
         run_processes(configs, log_level, files, nats)
