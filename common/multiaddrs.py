@@ -15,6 +15,10 @@ DNS_NAME = re.compile(r"(?=.{1,253}\Z)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z
                       r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 MULTIADDRS_MAX = 8          # a node announces at most this many (one per interface, a public one or two)
 MULTIADDR_MAX_CHARS = 200
+# A node's libp2p host listens on loopback unless its operator says otherwise (--libp2p-listen/--libp2p-announce):
+# a laptop or phone-tethered machine should open no port on every network it joins by default. Peers on other
+# machines probe such a node over WebRTC (web/map/peer_probes.py hands loopback addresses to its own host only).
+NODE_LIBP2P_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
 
 def multiaddr_problem(text: Any, need_peer_id: bool = True, peer_id: str | None = None) -> str | None:
@@ -60,3 +64,16 @@ def parse_multiaddrs(value: Any, peer_id: str) -> list[str]:
         if problem:
             raise ValueError(problem)
     return list(dict.fromkeys(value))
+
+
+def is_loopback(text: str) -> bool:
+    """A multiaddr only a peer on the same machine can dial (/ip4/127.x, /ip6/::1, /dns*/localhost)."""
+    parts = text.split("/")
+    if len(parts) < 3:
+        return False
+    if parts[1] in ("dns", "dns4", "dns6"):
+        return parts[2].lower() == "localhost"
+    try:
+        return ipaddress.ip_address(parts[2]).is_loopback
+    except ValueError:
+        return False

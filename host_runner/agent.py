@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from capsule.claim_drift import DriftConfig, drift
 from common.keys import NodeKey
+from common.multiaddrs import NODE_LIBP2P_LISTEN, is_loopback
 from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import (
@@ -62,7 +63,7 @@ class AgentConfig:
     # The node's libp2p host (docs/mesh.md): where it listens (a TCP multiaddr; port 0: one the OS picks) and
     # what it announces instead (a public address in front of NAT); None: no libp2p host. It answers ping
     # and identify for any peer; its multiaddrs go to the relay on the live session.
-    libp2p_listen: str | None = "/ip4/0.0.0.0/tcp/0"
+    libp2p_listen: str | None = NODE_LIBP2P_LISTEN
     libp2p_announce: tuple[str, ...] = ()
     # Dispatched work (docs/jobs.md): tasks of CE jobs the relay places on this node run in this many threads at
     # once (each a core at most), under the limits of their manifest; 0: the node takes no work.
@@ -144,7 +145,10 @@ class Agent:
             self.say(f"no libp2p host: {exc}")
             return []
         self.libp2p = host
-        self.say(f"libp2p host {host.peer_id} on {', '.join(host.multiaddrs)}")
+        only_here = all(is_loopback(a) for a in host.multiaddrs)
+        self.say(f"libp2p host {host.peer_id} on {', '.join(host.multiaddrs)}"
+                 + (" (this machine only: peers elsewhere probe it over WebRTC; --libp2p-listen /ip4/0.0.0.0/tcp/PORT "
+                    "or --libp2p-announce to be dialled)" if only_here else ""))
         return host.multiaddrs
 
     def run(self) -> None:

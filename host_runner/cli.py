@@ -16,6 +16,7 @@ from capsule.typed import ValidationError
 from common import keys as keys_mod
 from common.errors import UserError
 from common.files import write_atomic
+from common.multiaddrs import NODE_LIBP2P_LISTEN
 from host_runner.relay_client import (
     RelayError,
     fetch_beacon,
@@ -160,8 +161,10 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
               help="seconds between RTT probes by the other relays of the cluster (landmarks); 0: none")
 @click.option("--peer-probes/--no-peer-probes", default=True, show_default=True,
               help="measure RTTs to other nodes when the relay pairs this node with one (WebRTC, a few KB each)")
-@click.option("--libp2p-listen", metavar="MULTIADDR", default="/ip4/0.0.0.0/tcp/0", show_default=True,
-              help="where the node's libp2p host listens (ping and identify for any peer; PeerId = NodeId)")
+@click.option("--libp2p-listen", metavar="MULTIADDR", default=NODE_LIBP2P_LISTEN, show_default=True,
+              help="where the node's libp2p host listens (ping and identify for any peer; PeerId = NodeId); "
+                   "loopback: peers on this machine only (others probe it over WebRTC), /ip4/0.0.0.0/tcp/PORT: "
+                   "every interface")
 @click.option("--libp2p-announce", multiple=True, metavar="MULTIADDR",
               help="a multiaddr announced instead of the listening ones (a public address in front of NAT)")
 @click.option("--no-libp2p", is_flag=True, help="run no libp2p host")

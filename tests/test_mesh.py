@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
 import queue
@@ -20,6 +21,7 @@ import pytest
 from nacl.signing import SigningKey
 
 from common.keys import NodeKey
+from common.libp2p_host import local_ipv4
 from tests.nats_process import NatsProcess
 from tests.relay_process import CLI, RelayProcess
 from tests.samples import sample_profile
@@ -141,7 +143,7 @@ def test_a_js_peer_reads_profile_edge_and_scoreboard_and_pings_the_node(js_peer:
             env = dict(os.environ, CE_BENCH_HOME=str(tmp_path / "home"))
             with open(tmp_path / "node.log", "wb") as log:
                 node = subprocess.Popen([CLI, "node", "--relay", relay.url, "--no-gpu", "--no-jitter", "--budget-ms",
-                                         "500", "--no-peer-probes", "--libp2p-listen", "/ip4/127.0.0.1/tcp/0"],
+                                         "500", "--no-peer-probes"],  # the default libp2p listen address
                                         stdout=log, stderr=log, env=env)
             wait_for(lambda: (tmp_path / "home" / "node.key").exists(), 30, "the node's key")
             node_id = NodeKey.load(tmp_path / "home" / "node.key").node_id
@@ -173,6 +175,13 @@ def test_a_js_peer_reads_profile_edge_and_scoreboard_and_pings_the_node(js_peer:
             # the node's own libp2p host: announced on its live session, pinged and identified by js
             addrs = relay.get(f"/v1/nodes/{node_id}")[1]["libp2p"]["multiaddrs"]
             assert addrs and all(a.endswith(f"/p2p/{node_id}") for a in addrs), addrs
+            # by default on loopback only (issue 47: it listened on every interface), announced and bound so
+            assert any(not ipaddress.ip_address(ip).is_loopback for ip in local_ipv4()), local_ipv4()  # can fail
+            assert all(a.startswith("/ip4/127.0.0.1/tcp/") for a in addrs), addrs
+            port = int(addrs[0].split("/")[4])
+            bound = [line.split()[1] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                     if line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"]  # 0A: LISTEN
+            assert bound == [f"0100007F:{port:04X}"], bound
             [pinged] = run_js(js_peer, "ping", addrs[0])
             assert pinged["identified"] == node_id and "/ipfs/ping/1.0.0" in pinged["protocols"], pinged
             assert len(pinged["rtts_ms"]) == 5 and all(0 <= r < 1000 for r in pinged["rtts_ms"]), pinged

@@ -77,6 +77,27 @@ def test_pairs_every_due_node_once_and_carries_the_signalling_to_the_right_side(
     assert all(m["code"] == "measured" for _, m in done) and b.outcomes["measured"] == 1
 
 
+def test_loopback_multiaddrs_are_offered_only_to_a_peer_on_the_same_host() -> None:
+    """A node's libp2p host listens on loopback unless its operator announces another address (issue 47): a
+    peer on another machine would dial its own loopback. Such a pair is probed over WebRTC; a pair on one host,
+    or with an address the other can reach, over libp2p with only the addresses the dialer can use."""
+    local = {"n0": ["/ip4/127.0.0.1/tcp/4001/p2p/n0"], "n1": ["/ip4/127.0.0.1/tcp/4002/p2p/n1"]}
+    both = {n: [f"/ip4/10.0.0.{i + 1}/tcp/4001/p2p/{n}", *a] for i, (n, a) in enumerate(local.items())}
+
+    def first_offer(hosts: tuple[str, str], addrs: dict[str, list[str]]) -> dict[str, Any]:
+        b = broker()
+        for i, host in enumerate(hosts):
+            assert b.peers(f"s{i}", f"n{i}", ["libp2p", "webrtc"], host) == []
+        [(_, message)] = b.pair(100.0, random.Random(1), no_prediction, lambda n: addrs[n])
+        return message
+
+    assert first_offer(("10.0.0.1", "10.0.0.1"), local)["transport"] == "libp2p"  # one machine: loopback works
+    assert first_offer(("10.0.0.1", "10.0.0.2"), local)["transport"] == "webrtc"  # two machines: it would not
+    offer = first_offer(("10.0.0.1", "10.0.0.2"), both)
+    assert offer["transport"] == "libp2p" and not any("/127.0.0.1/" in a for a in offer["multiaddrs"]), offer
+    assert first_offer(("10.0.0.1", "10.0.0.1"), both)["multiaddrs"] == both[offer["peer"]]
+
+
 def test_a_node_offers_at_most_once_per_interval_and_a_pair_waits_its_repeat_time() -> None:
     b = broker(peer_probe_pair_repeat_s=50.0)
     b.peers("s0", "n0", ["webrtc"])

@@ -49,8 +49,9 @@ class PeerDesk:
     def _multiaddrs_of(self, node_id: str) -> list[str]:
         return self.multiaddrs.get(node_id, [])
 
-    async def on_peers(self, session: str, node_id: str | None, send: Send, message: dict[str, Any]) -> None:
-        out = self.broker.peers(session, node_id, message.get("transports"))
+    async def on_peers(self, session: str, node_id: str | None, send: Send, message: dict[str, Any],
+                       host: str = "") -> None:
+        out = self.broker.peers(session, node_id, message.get("transports"), host)
         if session in self.broker.participants:
             self.sends[session] = send
         else:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.multiaddrs import is_loopback
 from web.config import RelayConfig
 from web.sessions.live import LiveError
 
@@ -55,6 +56,7 @@ class Participant:
     session: str
     node_id: str
     transports: frozenset[str] = frozenset({"webrtc"})
+    host: str = ""                # the address its session connects from: loopback multiaddrs serve only its host
     probe: str | None = None      # the probe it is in now (one at a time)
     last_offered: float = -1e18   # when it last started a probe as the offerer
 
@@ -78,7 +80,7 @@ class PeerBroker:
     last_pair: dict[tuple[str, str], float] = field(default_factory=dict)  # node pair -> when last probed
     outcomes: Counter[str] = field(default_factory=Counter)  # "brokered", "measured", and every failure code
 
-    def peers(self, session: str, node_id: str | None, transports: Any) -> Outgoing:
+    def peers(self, session: str, node_id: str | None, transports: Any, host: str = "") -> Outgoing:
         """A session's `peers` message: takes part with a transport this relay brokers, or opts out ([])."""
         if not isinstance(transports, list) or not all(isinstance(t, str) for t in transports):
             raise LiveError("invalid_message", 'peers names the transports this node probes over: '
@@ -90,7 +92,7 @@ class PeerBroker:
             return self.leave(session, "opted_out")
         known = self.participants.get(session)
         if known is None or known.node_id != node_id:
-            self.participants[session] = Participant(session, node_id, frozenset(taken))
+            self.participants[session] = Participant(session, node_id, frozenset(taken), host)
         else:
             known.transports = frozenset(taken)
         return []
@@ -106,7 +108,7 @@ class PeerBroker:
              multiaddrs_of: MultiaddrsOf = lambda _: []) -> Outgoing:
         """Starts the probes that are due: every idle participant whose last offer is peer_probe_interval_s
         old offers to a partner (neighbour rule above), within peer_probe_max_active probes at once; over
-        libp2p ping where both take part with it and announced multiaddrs, else over WebRTC."""
+        libp2p ping where both take part with it and announced multiaddrs the other can dial, else over WebRTC."""
         config = self.config
         offerers = [p for p in self.participants.values()
                     if p.probe is None and now - p.last_offered >= config.peer_probe_interval_s]
@@ -127,8 +129,8 @@ class PeerBroker:
             self.last_pair[_pair(offerer.node_id, partner.node_id)] = now
             self.probes[probe.probe] = probe
             self.outcomes["brokered"] += 1
-            addrs = {p.node_id: multiaddrs_of(p.node_id) for p in (offerer, partner)
-                     if "libp2p" in p.transports}
+            addrs = {p.node_id: dialable(multiaddrs_of(p.node_id), p, q)
+                     for p, q in ((offerer, partner), (partner, offerer)) if "libp2p" in p.transports}
             if len(addrs) == 2 and all(addrs.values()):
                 probe.transport, probe.multiaddrs = "libp2p", addrs
                 out.append((offerer.session, {"type": "peer_probe", "probe": probe.probe, "peer": partner.node_id,
@@ -231,6 +233,14 @@ class PeerBroker:
             if self.participants.get(side.session) is side:
                 out.append((side.session, done))
         return out
+
+
+def dialable(addrs: list[str], owner: Participant, dialer: Participant) -> list[str]:
+    """The owner's multiaddrs the dialer can reach: loopback ones only from the owner's own host (a node's libp2p
+    host listens on loopback unless its operator announces another address; a peer elsewhere would dial itself)."""
+    if owner.host and owner.host == dialer.host:
+        return addrs
+    return [a for a in addrs if not is_loopback(a)]
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:

@@ -223,7 +223,8 @@ async def on_task_result(conn: Connection, message: dict[str, Any]) -> None:
 
 
 async def on_peers(conn: Connection, message: dict[str, Any]) -> None:
-    await conn.relay.peers.on_peers(conn.session.session, conn.session.node_id, conn.send, message)
+    await conn.relay.peers.on_peers(conn.session.session, conn.session.node_id, conn.send, message,
+                                    conn.ws.client.host if conn.ws.client else "")
 
 
 async def on_peer_offer(conn: Connection, message: dict[str, Any]) -> None:
