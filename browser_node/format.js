@@ -36,3 +36,6 @@ export function rollCallLine(trust, nowS) {
 // dates); `utcTime` for a chart's axis.
 export function utc(seconds) { return new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC"; }
 export function utcTime(seconds) { return new Date(seconds * 1000).toISOString().slice(11, 19) + " UTC"; }
+
+// Text from a profile or a relay (a GPU model, a node name) set into HTML: escaped, so it stays text.
+export const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);

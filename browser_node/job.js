@@ -1,7 +1,8 @@
 // One job's page (/job.html?id=JOB): its state and its tasks (node, attempts, whether the output was checked by
 // another node, exit code, output), read from GET /v1/jobs/{id} every 2 s while the job runs.
+import { esc } from "./format.js";
+
 const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 const jobId = new URLSearchParams(location.search).get("id") || "";
 
 function checked(task) {

@@ -72,6 +72,14 @@ function throttled(samples) {
   return med(samples.slice(-3)) < 0.6 * med(samples.slice(0, 3));
 }
 
+// The name the person gave this device (optional), kept for the next visit; the profile signs it.
+const NAME_KEY = "ce-bench-node-name";
+function deviceName() {
+  const name = ($("node-name").value || "").trim();
+  try { if (name) localStorage.setItem(NAME_KEY, name); else localStorage.removeItem(NAME_KEY); } catch { /* private mode */ }
+  return name || null;
+}
+
 async function sha256Hex(buffer) { return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", buffer))); }
 
 // Capsule arguments, exactly as `wasmtime run capsule.wasm` takes them (the reactor runs the same driver).
@@ -158,6 +166,7 @@ async function measure(py, key, nodeId, keep = 0, answerer = null) {
                  kind: "browser", docker: false, gvisor: false, wasm: true,
                  engine: brand ? `${brand.brand} ${brand.version}` : navigator.userAgent.slice(0, 120) },
       keep_instances: keep || null,
+      name: deviceName(),
       concurrent, solo, scaling: curve.map(([k, rate]) => ({ instances: k, gflops_fp32: rate === null ? null : Math.round(rate * 1000) / 1000 })),
       stream_sizing: streamSizing,
       evidence: {
@@ -320,6 +329,7 @@ function init() {
   }
   const waiting = pendingProfile();
   if (waiting) postProfile(waiting).then((r) => setStatus(r.ok ? "a profile kept from an earlier visit was delivered" : r.message, r.ok ? "ok" : "warn"));
+  try { $("node-name").value = localStorage.getItem(NAME_KEY) || ""; } catch { /* private mode */ }
   $("join").addEventListener("click", join);
   // The button is disabled in the HTML until this line: a press before the handler exists would be lost.
   $("join").disabled = false;

@@ -1,4 +1,4 @@
-import { count, si, utcTime } from "./format.js";
+import { count, esc, si, utcTime } from "./format.js";
 
 // The network page: FabricStats of the atlas as gauges and the live node list, refreshed every 2 s
 // (the atlas answers 304 while nothing changed).
@@ -25,7 +25,7 @@ function gauge(label, value, show) {
 
 // The live-node table: sorted by the column last clicked (again: the other way), filtered by the text typed (any
 // column), and exported as CSV exactly as shown (claimed figures, unknown as an empty cell).
-const COLUMNS = ["node", "trust", "kind", "cores", "gflops", "gbs", "tps", "gpu"];
+const COLUMNS = ["node", "name", "trust", "kind", "cores", "gflops", "gbs", "tps", "gpu"];
 let rows = [], sortKey = "gflops", sortDown = true;
 
 function shownRows() {
@@ -41,11 +41,12 @@ function renderNodes() {
   // data-label: the column name, shown beside each value when the table folds into cards on phones
   $("nodes").querySelector("tbody").innerHTML = shown.map((r) =>
     `<tr><td data-label="node"><a href="/nodes/${r.node}"><code title="${r.node}">${r.node.slice(0, 14)}…</code></a></td>` +
+    `<td data-label="name">${r.name ? esc(r.name) : "—"}</td>` +
     `<td data-label="trust"><span class="trust ${r.trust}">${r.trust}</span></td><td data-label="kind">${r.kind}</td><td data-label="cores">${r.cores}</td>` +
     `<td data-label="GFLOP/s" class="num">${f(r.gflops, 1)}</td>` +
     `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(r.gbs, 2)}</td>` +
     `<td data-label="tokens/s" class="num">${f(r.tps, 1)}</td>` +
-    `<td data-label="GPU (claimed, not proven)" class="claimed">${r.gpu || "—"}</td></tr>`).join("");
+    `<td data-label="GPU (claimed, not proven)" class="claimed">${r.gpu ? esc(r.gpu) : "—"}</td></tr>`).join("");
   const csv = [COLUMNS.join(","), ...shown.map((r) => COLUMNS.map((c) => `"${String(r[c] ?? "").replace(/"/g, '""')}"`).join(","))];
   $("nodes-csv").href = "data:text/csv;charset=utf-8," + encodeURIComponent(csv.join("\n") + "\n");
   $("nodes-count").textContent = `${shown.length} of ${rows.length} nodes`;
@@ -107,7 +108,7 @@ async function refresh() {
       const atlas = await resp.json();
       profiles = new Map(atlas.nodes.map((n) => [n.node_id, n]));  // the graph sizes nodes by these
       rows = atlas.nodes.map((n) => ({
-        node: n.node_id, trust: (atlas.trust || {})[n.node_id] || "unverified", kind: n.runtime.kind,
+        node: n.node_id, name: n.name || "", trust: (atlas.trust || {})[n.node_id] || "unverified", kind: n.runtime.kind,
         cores: n.cpu.cores, gflops: n.cpu.gflops_fp32, gbs: n.cpu.mem_bw_gbps, tps: n.llm.tokens_per_sec,
         gpu: n.gpus.length ? n.gpus.map((g) => g.model).join(", ") : "" }));
       renderNodes();

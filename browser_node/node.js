@@ -1,10 +1,9 @@
 // One node's page (/nodes/{id}): its trust (what the relay's challenges observed), its figures with unit,
 // method and spread, its standing among the live nodes (percentile), its status, GPUs, measured links and a
 // chart of its history. Everything read from the relay's public API.
-import { rollCallLine, si, utc } from "./format.js";
+import { esc, rollCallLine, si, utc } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 const nodeId = decodeURIComponent(location.pathname.split("/").pop());
 
 // [label, read the figure from a profile, how to show it, where its evidence is]
@@ -110,6 +109,10 @@ async function load() {
     return;
   }
   const { profile, status, trust } = await resp.json();
+  if (profile.name) {  // textContent: a name is text, whatever it holds
+    $("node-name").textContent = `“${profile.name}”, as its operator named it (a label; the id above is the node)`;
+    document.title = `ce-bench — ${profile.name}`;
+  }
   showTrust(profile, trust);
   startCountdown(trust);
   $("history-link").href = `/v1/nodes/${encodeURIComponent(nodeId)}/history`;

@@ -5,6 +5,7 @@ const WHEELS = ["rfc8785-0.1.4-py3-none-any.whl", "ce_capsule-1.0.0-py3-none-any
 
 const HELPERS = `
 import json
+import re
 from capsule.aggregate import aggregate
 from capsule.probe_report import parse_report
 from capsule.canonical import signing_message
@@ -13,7 +14,7 @@ from capsule.plan import CPU_PROBES, instance_seed, plan_from_beacon
 from capsule.scaling import chosen_instances, kept_note, next_instances, window_rate, work_spans
 from capsule.profile import build_profile
 from capsule.typed import parse
-from capsule.model import NodeProfile
+from capsule.model import NODE_NAME, NodeProfile
 
 def ce_node_id(public_hex):
     return peer_id_from_public_key(bytes.fromhex(public_hex))
@@ -51,7 +52,10 @@ def ce_profile(args_json):
     profile = build_profile(node_id=a["node_id"], measured_at=a["measured_at"], beacon=a["beacon"],
         capsule=a["capsule"], cores=a["cores"], threads=a["threads"], memory=a["memory"],
         storage_total_gb=a["storage_total_gb"], storage_free_gb=a["storage_free_gb"], figures=figures,
-        gpus=a["gpus"], runtime=a["runtime"], ref_model="ce-ref-15m-f32", evidence_extra=a["evidence"])
+        gpus=a["gpus"], runtime=a["runtime"], ref_model="ce-ref-15m-f32", evidence_extra=a["evidence"],
+        name=a.get("name") or None)
+    if profile.get("name") is not None and not re.fullmatch(NODE_NAME, profile["name"]):
+        raise ValueError("a name is 1-64 characters, no control characters, no space at either end")
     return json.dumps({"profile": profile, "message": signing_message("NodeProfile", profile).hex()})
 
 def _keep(keep):

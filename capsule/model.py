@@ -17,6 +17,11 @@ HEX64 = "[0-9a-f]{64}"
 HEX = "[0-9a-f]{2,256}"
 NODE_ID = "12D3KooW[1-9A-HJ-NP-Za-km-z]{44}"  # base58btc of 00 24 08 01 12 20 + 32-byte key
 B64URL_SIG = "[A-Za-z0-9_-]{86}"  # 64 bytes, unpadded base64url
+# A node's name, as its operator chose it: 1-64 characters, no control characters (C0, DEL, C1: nothing a terminal
+# acts on) nor bidirectional overrides (a name must not reorder what a page shows beside it), no space at either end.
+# A label, not an identity.
+NODE_NAME = r"[^\x00-\x20\x7f-\x9f\u202a-\u202e\u2066-\u2069](?:[^\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]{0,62}" \
+            r"[^\x00-\x20\x7f-\x9f\u202a-\u202e\u2066-\u2069])?"
 MAX_U32 = 2**32 - 1
 MAX_TIME = 2**40  # unix seconds; far beyond any real date, rejects absurd values
 
@@ -127,6 +132,9 @@ class NodeProfile:
     runtime: Runtime = spec()
     evidence: dict[str, Any] = spec(description="per probe: n, median, spread, method, checksum")
     sig: str = spec(pattern=B64URL_SIG, description="Ed25519 over the canonical bytes, base64url")
+    name: str | None = spec(default=None, absent_when_none=True, pattern=NODE_NAME, max_length=64,
+                            description="the name its operator gave the node (signed with the rest; a label, not an "
+                                        "identity: two nodes may carry one name, the NodeId tells them apart)")
 
 
 @dataclass(frozen=True)

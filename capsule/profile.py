@@ -29,9 +29,11 @@ def build_profile(
     runtime: Mapping[str, Any],
     ref_model: str,
     evidence_extra: Mapping[str, Any] | None = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """The profile without `sig`. Figures are rounded to 4 decimals: more digits than any probe's spread."""
-    return {
+    """The profile without `sig`. Figures are rounded to 4 decimals: more digits than any probe's spread. `name`
+    (the operator's label) is left out when not given, so relays of before names take the profile."""
+    profile = {
         "v": 1,
         "node_id": node_id,
         "measured_at": int(measured_at),
@@ -49,3 +51,6 @@ def build_profile(
         "runtime": dict(runtime),
         "evidence": {**figures.evidence, **(evidence_extra or {})},
     }
+    if name is not None:
+        profile["name"] = name
+    return profile

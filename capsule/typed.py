@@ -40,10 +40,14 @@ def spec(
     description: str = "",
     unit: str = "",
     default: Any = dataclasses.MISSING,
+    absent_when_none: bool = False,
 ) -> Any:
-    """A dataclass field with constraints. `check` raises ValueError with a reason for custom rules."""
+    """A dataclass field with constraints. `check` raises ValueError with a reason for custom rules.
+    `absent_when_none`: an optional field (default None) that is either a value or left out, never null, so a
+    signed record has one form: to_json leaves it out when None, parse refuses an explicit null (a field added
+    to a record later, which records signed before it do not carry)."""
     meta = {"minimum": minimum, "maximum": maximum, "enum": enum, "pattern": pattern, "max_length": max_length,
-            "check": check, "description": description, "unit": unit}
+            "check": check, "description": description, "unit": unit, "absent_when_none": absent_when_none}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -168,6 +172,8 @@ def parse(cls: type[T], data: Any, path: str = "$") -> T:
             if f.default is not dataclasses.MISSING:
                 continue
             raise ValidationError(f"{path}.{name}", "required field is missing")
+        if data[name] is None and f.metadata.get("absent_when_none"):
+            raise ValidationError(f"{path}.{name}", "expected a value, or the field left out; got null")
         values[name] = _parse_value(hints[name], data[name], f.metadata, f"{path}.{name}")
     return cls(**values)
 
@@ -175,10 +181,19 @@ def parse(cls: type[T], data: Any, path: str = "$") -> T:
 def to_json(record: Any) -> Any:
     """The JSON form of a record (dataclasses to dicts, recursively)."""
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return {f.name: to_json(getattr(record, f.name)) for f in dataclasses.fields(record)}
+        return {f.name: to_json(getattr(record, f.name)) for f in dataclasses.fields(record)
+                if not (f.metadata.get("absent_when_none") and getattr(record, f.name) is None)}
     if isinstance(record, list):
         return [to_json(v) for v in record]
     return record
+
+
+def _present(tp: Any, f: dataclasses.Field[Any]) -> Any:
+    """The type a field has where it is present: an absent_when_none field is never null."""
+    if f.metadata.get("absent_when_none"):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return inner
+    return tp
 
 
 def json_schema(cls: type, title: str = "") -> dict[str, Any]:
@@ -204,7 +219,7 @@ def _schema_of(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
         fields = dataclasses.fields(tp)
         return {
             "type": "object",
-            "properties": {f.name: _schema_of(hints[f.name], f.metadata) for f in fields},
+            "properties": {f.name: _schema_of(_present(hints[f.name], f), f.metadata) for f in fields},
             "required": [f.name for f in fields if f.default is dataclasses.MISSING],
             "additionalProperties": False,
         }

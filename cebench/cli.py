@@ -15,7 +15,7 @@ import click
 
 from common.errors import UserError
 from host_runner.agent import llm_streams
-from host_runner.cli import DEFAULT_CAPSULE, checked_capsule, load_key, main
+from host_runner.cli import DEFAULT_CAPSULE, checked_capsule, load_key, main, name_option
 from host_runner.listings import nodes as listing_nodes
 from host_runner.listings import roll_calls as listing_roll_calls
 from host_runner.live_client import LiveSession
@@ -38,7 +38,8 @@ main.add_command(nats_configs)
 @relay_options
 @click.option("--budget-ms", type=click.IntRange(500, 600_000), default=3000, show_default=True)
 @click.option("--no-gpu", is_flag=True)
-def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: bool) -> None:
+@name_option
+def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: bool, name: str | None) -> None:
     """Start a relay, measure and register this machine through it, keep it live, print the join URL."""
     # the port first: one another process holds is a one-line error before anything is measured or posted
     sock = listen(config.host, config.port)
@@ -77,7 +78,7 @@ def up(config: RelayConfig, log_level: str, tls: bool, budget_ms: int, no_gpu: b
     beacon = fetch_beacon(local)
     with PhaseProgress() as progress:
         result = measure(key, beacon, RunOptions(capsule=capsule, phase_budget_ms=budget_ms, gpu=not no_gpu,
-                                                 beacon_source=f"relay {local}"), progress.phase)
+                                                 beacon_source=f"relay {local}", name=name), progress.phase)
     console.print(results_table(result.profile))
     try:
         post_profile(local, result.profile)

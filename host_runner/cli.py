@@ -78,6 +78,25 @@ def package_version() -> str:
     return f"{version} (capsule {CAPSULE_VERSION})"
 
 
+def _node_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    import re
+
+    from capsule.model import NODE_NAME
+
+    if value is None or re.fullmatch(NODE_NAME, value):
+        return value
+    raise click.BadParameter(f"expected 1-64 characters, no control characters and no space at either end; got "
+                             f"{value[:80]!r}")
+
+
+def name_option(f: Any) -> Any:
+    """--name / CE_NODE_NAME: the operator's name for this node, signed in its profile and shown on the relay's
+    pages and listings beside the NodeId (a label, not an identity)."""
+    return click.option("--name", metavar="TEXT", envvar="CE_NODE_NAME", show_envvar=True, callback=_node_name,
+                        help="a name for this node on the relay's pages and listings (1-64 characters, signed in "
+                             "the profile; a label: the NodeId stays the identity)")(f)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_version(), "--version", "-V", prog_name="ce-bench", message="%(prog)s %(version)s")
 def main() -> None:
@@ -101,8 +120,9 @@ def main() -> None:
               help="directory the disk probe writes in [default: the current directory]")
 @click.option("--capsule", "capsule_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CAPSULE,
               show_default=True)
+@name_option
 def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_gpu: bool, no_jitter: bool,
-        scratch: Path | None, capsule_path: Path) -> None:
+        scratch: Path | None, capsule_path: Path, name: str | None) -> None:
     """Measure this machine, sign the NodeProfile, write it to --out and report it to --relay."""
     from host_runner.node import RunOptions, measure
 
@@ -124,7 +144,7 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
     else:
         beacon = local_beacon(key)
     opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, instances=instances, scratch=scratch,
-                      gpu=not no_gpu, jitter=not no_jitter, beacon_source=beacon_source)
+                      gpu=not no_gpu, jitter=not no_jitter, beacon_source=beacon_source, name=name)
     try:
         with PhaseProgress() as progress:
             result = measure(key, beacon, opts, progress.phase)
@@ -175,10 +195,11 @@ def run(out: Path, relay: str | None, budget_ms: int, instances: int | None, no_
               help="tasks run at once (each takes at most one core)")
 @click.option("--source-address", metavar="IP", help="the local address the live session connects from (a host with "
               "several addresses)")
+@name_option
 def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, remeasure_h: float,
              no_jitter: bool, landmark_interval_s: float, peer_probes: bool, libp2p_listen: str,
              libp2p_announce: tuple[str, ...], no_libp2p: bool, accept_jobs: bool, job_slots: int,
-             source_address: str | None) -> None:
+             source_address: str | None, name: str | None) -> None:
     """Stay a node: measure, register, keep the live session, re-measure on schedule; SIGTERM stops it."""
     import signal
 
@@ -188,7 +209,7 @@ def node_cmd(relay: str, budget_ms: int, no_gpu: bool, scratch: Path | None, rem
     capsule = checked_capsule(DEFAULT_CAPSULE)
     key = load_key()
     opts = RunOptions(capsule=capsule, phase_budget_ms=budget_ms, scratch=scratch, gpu=not no_gpu,
-                      jitter=not no_jitter, beacon_source=f"relay {relay}")
+                      jitter=not no_jitter, beacon_source=f"relay {relay}", name=name)
     from common.multiaddrs import multiaddr_problem
 
     for text in (libp2p_listen, *libp2p_announce):

@@ -12,7 +12,7 @@ import click
 
 from common.errors import UserError
 from host_runner.relay_client import RelayError
-from host_runner.status import _get
+from host_runner.status import _get, printable
 
 RELAY = click.option("--relay", metavar="URL", required=True, envvar="CE_RELAY", show_envvar=True,
                      help="the relay to read")
@@ -25,7 +25,8 @@ def _num(value: Any, digits: int = 1) -> str:
 def node_lines(page: dict[str, Any]) -> list[str]:
     """One line per node of an /atlas page: id, trust status, claimed figures (claimed: measured by the node;
     what roll calls proved is on `ce-bench status NODE_ID`), and when it was measured (UTC)."""
-    lines = [f"{'node':14}{'status':12}{'cores':>6}{'GFLOP/s':>10}{'tokens/s':>10}{'GPUs':>5}  measured (UTC)"]
+    lines = [f"{'node':14}{'status':12}{'cores':>6}{'GFLOP/s':>10}{'tokens/s':>10}{'GPUs':>5}  {'measured (UTC)':16}"
+             "  name"]
     for p in page.get("nodes") or []:
         cpu, llm = p.get("cpu") or {}, p.get("llm") or {}
         at = p.get("measured_at")
@@ -33,7 +34,8 @@ def node_lines(page: dict[str, Any]) -> list[str]:
         lines.append(f"{'…' + str(p.get('node_id', ''))[-12:]:14}{status:12}"
                      f"{_num(cpu.get('cores'), 0):>6}{_num(cpu.get('gflops_fp32')):>10}"
                      f"{_num(llm.get('tokens_per_sec')):>10}{len(p.get('gpus') or []):>5}  "
-                     f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(at)) if isinstance(at, int) else '-'}")
+                     f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(at)) if isinstance(at, int) else '-':16}"
+                     f"  {printable(p.get('name'))}".rstrip())
     return lines
 
 

@@ -46,6 +46,7 @@ class RunOptions:
     gpu: bool = True
     jitter: bool = True
     beacon_source: str = "local"
+    name: str | None = None            # the operator's name for the node (--name), signed in the profile
 
 
 @dataclass
@@ -126,7 +127,7 @@ def measure(key: NodeKey, beacon: dict[str, Any], opts: RunOptions, progress: Pr
         gpus=gpus,
         runtime={"os": info.os, "arch": info.arch, "kind": "server", "docker": info.docker, "gvisor": info.gvisor,
                  "wasm": True, "engine": f"wasmtime-py {importlib.metadata.version('wasmtime')}"},
-        ref_model=REF_MODEL,
+        ref_model=REF_MODEL, name=opts.name,
         evidence_extra={
             "gpus": gpu_evidence, "gpu_notes": notes,
             "plan": {"seed": plan.seed_hex, "order": list(plan.order), "start_jitter_ms": plan.start_jitter_ms,

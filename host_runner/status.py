@@ -33,7 +33,8 @@ def fetch_status(relay: str, node_id: str, roll_calls: int = 5) -> dict[str, Any
     graph = _get(relay, "/netgraph")
     links = [e for e in graph.get("edges", []) if isinstance(e, dict) and node_id in (e.get("a"), e.get("b"))]
     profile = node.get("profile", {})
-    return {"node_id": node_id, "relay": relay, "online": node.get("status", {}).get("online"),
+    return {"node_id": node_id, "name": profile.get("name"), "relay": relay,
+            "online": node.get("status", {}).get("online"),
             "trust": node.get("trust", {}),
             "claimed": {"cpu_gflops": profile.get("cpu", {}).get("gflops_fp32"),
                         "cpu_cores": profile.get("cpu", {}).get("cores"),
@@ -43,6 +44,14 @@ def fetch_status(relay: str, node_id: str, roll_calls: int = 5) -> dict[str, Any
                                                   "observed_tokens_per_sec", "observed_tflops")}
                            for e in answered[-roll_calls:]],
             "links": links}
+
+
+def printable(name: Any) -> str:
+    """A node's name for a terminal: the relay checked it (capsule.model.NODE_NAME), but a listing does not trust
+    a relay either: anything a terminal would act on becomes '?'."""
+    if not isinstance(name, str):
+        return ""
+    return "".join(c if c.isprintable() else "?" for c in name[:64])
 
 
 def _num(value: Any, unit: str, digits: int = 1) -> str:
@@ -56,7 +65,8 @@ def render(status: dict[str, Any]) -> str:
     trust, claimed = status["trust"], status["claimed"]
     counted = trust.get("counted", {})
     gpus = counted.get("gpus", 0)
-    lines = [f"node {status['node_id']} at {status['relay']}: {'online' if status['online'] else 'offline'}",
+    named = f" (\"{printable(status['name'])}\")" if status.get("name") else ""
+    lines = [f"node {status['node_id']}{named} at {status['relay']}: {'online' if status['online'] else 'offline'}",
              f"trust: {trust.get('status')} ({trust.get('reason')})",
              f"{'':16}{'counted':>18}{'claimed':>18}",
              f"{'CPU':16}{_num(counted.get('cpu_gflops'), 'GFLOP/s'):>18}"

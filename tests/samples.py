@@ -27,10 +27,11 @@ def sample_profile(key: NodeKey | None = None, beacon: dict[str, Any] | None = N
         beacon=cited,
         capsule={"version": "1.0.0", "sha256": "ab" * 32}, cores=2, threads=2,
         memory={"total_mb": 24000, "available_mb": 20000}, storage_total_gb=250, storage_free_gb=80, figures=f,
-        gpus=[{"model": "llvmpipe", "backend": "vulkan", "vram_mb": None, "fp16_tflops": 0.002, "fp32_tflops": 0.002}],
+        gpus=[{"model": figures.get("gpu_model", "llvmpipe"), "backend": "vulkan", "vram_mb": None,
+               "fp16_tflops": 0.002, "fp32_tflops": 0.002}],
         runtime={"os": "linux", "arch": "x86_64", "kind": "server", "docker": False, "gvisor": False, "wasm": True,
                  "engine": "wasmtime-py 50.0.1"},
-        ref_model="ce-ref-15m-f32")
+        ref_model="ce-ref-15m-f32", name=figures.get("name"))
     return key, sign("NodeProfile", profile, key)
 
 

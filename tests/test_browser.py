@@ -47,9 +47,11 @@ def relay(tmp_path_factory: pytest.TempPathFactory, artifacts: Artifacts) -> Ite
         yield r
 
 
-def join(page: Page, relay: RelayProcess, query: str = "") -> dict[str, Any]:
+def join(page: Page, relay: RelayProcess, query: str = "", name: str = "") -> dict[str, Any]:
     page.goto(relay.url + "/" + query)
     assert "Ready" in page.locator("#status").inner_text()
+    if name:
+        page.fill("#node-name", name)
     page.click("#join")
     page.wait_for_function(JOIN_DONE, timeout=120_000)
     status = page.locator("#status").inner_text()
@@ -400,7 +402,7 @@ def test_pages_fit_a_phone_screen(browser: Browser, tmp_path: Path, artifacts: A
             assert page.locator("#gauges .gauge[aria-label='CPU'] .value").inner_text() == "0"
             assert page.locator("#nodes .trust.unverified").count() == 3
             if width == 360:
-                cell = page.locator("#nodes tbody tr").first.locator("td").nth(4)
+                cell = page.locator("#nodes tbody tr").first.locator("td").nth(5)
                 assert cell.evaluate("(td) => getComputedStyle(td, '::before').content") == '"GFLOP/s"'
             context.close()
 
@@ -412,8 +414,10 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
 
     with RelayProcess(tmp_path / "data") as relay:
         _, beacon, _ = relay.get("/beacon")
-        slow = sample_profile(beacon=beacon, gflops=20.0)[1]
-        fast = sample_profile(beacon=beacon, gflops=90.0)[1]
+        # a name and a GPU model are the node's own text: shown as text, never as markup (issue 47)
+        name = 'rack 7 <img src=x onerror="window.named=1"> & "q"'
+        slow = sample_profile(beacon=beacon, gflops=20.0, gpu_model='<img src=x onerror="window.modelled=1">')[1]
+        fast = sample_profile(beacon=beacon, gflops=90.0, name=name)[1]
         for p in (slow, fast):
             assert relay.post("/v1/profiles", p)[0] == 201
         context = browser.new_context(viewport={"width": 360, "height": 800})
@@ -428,13 +432,21 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         page.fill("#node-filter", fast["node_id"][-10:])
         assert page.locator("#nodes tbody tr").count() == 1 and page.evaluate(first) == f"/nodes/{fast['node_id']}"
         csv = urllib.parse.unquote(str(page.get_attribute("#nodes-csv", "href")).split(",", 1)[1])
-        assert csv.splitlines()[0] == "node,trust,kind,cores,gflops,gbs,tps,gpu" and len(csv.splitlines()) == 2
-        assert f'"{fast["node_id"]}","unverified"' in csv and '"90"' in csv
+        assert csv.splitlines()[0] == "node,name,trust,kind,cores,gflops,gbs,tps,gpu" and len(csv.splitlines()) == 2
+        assert f'"{fast["node_id"]}","{name.replace(chr(34), chr(34) * 2)}","unverified"' in csv and '"90"' in csv
+        page.fill("#node-filter", "rack 7")  # the filter reads names too
+        assert page.locator("#nodes tbody tr").count() == 1 and page.evaluate(first) == f"/nodes/{fast['node_id']}"
+        assert page.locator("#nodes tbody td[data-label='name']").inner_text() == name
         page.fill("#node-filter", "")
         page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 2")
+        assert page.locator("#nodes tbody img").count() == 0, page.inner_html("#nodes tbody")
+        assert '<img src=x onerror="window.modelled=1">' in page.locator("#nodes tbody").inner_text()
+        assert page.evaluate("() => [window.named, window.modelled]") == [None, None]
         page.click(f"a[href='/nodes/{fast['node_id']}']")
         page.wait_for_function("() => document.querySelectorAll('#figures tbody tr').length === 5")
         assert page.url.endswith(f"/nodes/{fast['node_id']}")
+        assert name in page.inner_text("#node-name") and page.title() == f"ce-bench — {name}"
+        assert page.locator("img").count() == 0 and page.evaluate("() => window.named") is None
         cpu = page.locator("#figures tbody tr").first
         assert cpu.locator("td").nth(1).inner_text() == "90 GFLOP/s"
         assert "100th" in cpu.locator("td").nth(2).inner_text()  # the faster of the two
@@ -479,8 +491,9 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
             "--job-submitter", submitter.node_id]
     with RelayProcess(tmp_path / "data", *fast) as r:
         ARTIFACTS.mkdir(exist_ok=True)
-        profile = join(page, r)
+        profile = join(page, r, name="kitchen laptop")
         node_id = profile["node_id"]
+        assert profile["name"] == "kitchen laptop"  # signed with the rest (issue 47: operator names)
         seconds = page.evaluate("() => window.ceJoinSeconds")
         page.screenshot(path=str(ARTIFACTS / "join-results.png"), full_page=True)
         # the relay verified it with pynacl; verify again here, and read it back from the atlas
@@ -557,6 +570,7 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
         # full join, with the fallback signer's key, is in test_fallback_signer_without_webcrypto_ed25519)
         page.goto(r.url + "/")
         page.wait_for_function("() => !document.getElementById('join').disabled", timeout=60_000)
+        assert page.input_value("#node-name") == "kitchen laptop"  # kept for the next join
         public_key, created = page.evaluate("""async () => {
             const key = await (await import("/keys.js")).nodeKey();
             return [Array.from(key.publicKey), key.created]; }""")

@@ -139,3 +139,21 @@ def test_schema_describes_units_and_nulls() -> None:
     assert {"type": "null"} in gflops["anyOf"]
     assert "GFLOP/s" in gflops["anyOf"][0]["description"]
     assert schema["additionalProperties"] is False
+
+
+def test_a_name_is_signed_text_in_one_form() -> None:
+    """The operator's name (issue 47): signed with the rest, absent or a string (never null: one signed form),
+    and only what a page and a terminal show as text."""
+    _, named = sample_profile(name="rack 7 – Küche")
+    record = verify_record("NodeProfile", named)
+    assert record.name == "rack 7 – Küche" and to_json(record) == named
+    _, plain = sample_profile()
+    assert "name" not in plain and "name" not in to_json(verify_record("NodeProfile", plain))  # as signed
+    with pytest.raises(ValidationError, match=r"\$\.name: expected a value, or the field left out; got null"):
+        parse(NodeProfile, {**plain, "name": None})
+    for bad in (" lead", "trail ", "x" * 65, "a\nb", "a\u202eb", "esc\x1b[31m", "c1\x9b31m", ""):
+        with pytest.raises(ValidationError, match=r"\$\.name: expected (a string|at most 64)"):
+            parse(NodeProfile, {**plain, "name": bad})
+    forged = {**named, "name": "someone else"}  # the name is under the signature
+    with pytest.raises(SignatureError):
+        verify_record("NodeProfile", forged)

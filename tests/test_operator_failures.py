@@ -187,15 +187,19 @@ def test_nodes_and_roll_calls_list_what_the_relay_holds(tmp_path: Path, machine_
 
     key = NodeKey.generate()
     with RelayProcess(tmp_path / "relay") as relay:
-        registered(relay, json.loads(json.dumps(machine_profile)), key)
+        registered(relay, {**json.loads(json.dumps(machine_profile)), "name": "rack 7 – Küche"}, key)
         env = {**os.environ, "CE_RELAY": relay.url}
         listed = subprocess.run([CLI, "nodes"], capture_output=True, text=True, timeout=60, env=env)
+        status = subprocess.run([CLI, "status", key.node_id], capture_output=True, text=True, timeout=60, env=env)
         calls = subprocess.run([CLI, "roll-calls", "--json"], capture_output=True, text=True, timeout=60, env=env)
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.strip().splitlines()
     assert lines[0].split()[:3] == ["node", "status", "cores"] and len(lines) == 2, lines
     assert lines[1].startswith("…" + key.node_id[-12:]) and "unverified" in lines[1]
     assert f"{machine_profile['cpu']['gflops_fp32']:,.1f}" in lines[1]
+    assert lines[0].endswith("  name") and lines[1].endswith("  rack 7 – Küche"), lines  # the operator's name
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith(f'node {key.node_id} ("rack 7 – Küche") at {relay.url}'), status.stdout
     assert calls.returncode == 0 and "roll_calls" in json.loads(calls.stdout), calls.stderr
     gone = subprocess.run([CLI, "nodes", "--relay", f"http://127.0.0.1:{free_port()}"], capture_output=True,
                           text=True, timeout=60)

@@ -152,14 +152,26 @@ def test_same_node_id_across_runs_and_rotate(tmp_path: Path) -> None:
     assert new != first and new.startswith("12D3KooW") and "previous key kept at" in rotated.stdout
 
 
+def test_a_name_that_is_no_label_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """--name (issue 47): 1-64 characters a page and a terminal show as text; anything else is one line, exit 2."""
+    for bad in (" padded", "x" * 65, "two\nlines", "right\u202eto left", "bell\x07"):
+        result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--name", bad, cwd=tmp_path)
+        assert result.returncode == 2 and "expected 1-64 characters, no control characters" in result.stderr, bad
+        assert "Traceback" not in result.stderr and not (tmp_path / "p.json").exists()
+    from_env = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), cwd=tmp_path,
+                        env_extra={"CE_NODE_NAME": "tab\there"})  # CE_NODE_NAME is checked the same way
+    assert from_env.returncode == 2 and "expected 1-64 characters" in from_env.stderr, from_env.stderr
+
+
 def test_relay_beacon_and_report(tmp_path: Path) -> None:
     """Against the real relay: the beacon comes from it, the profile is verified and stored by it."""
     with RelayProcess(tmp_path / "relay") as relay:
         result = ce_bench(tmp_path, "run", "--out", str(tmp_path / "p.json"), "--relay", relay.url, *FAST,
-                          cwd=tmp_path)
+                          "--name", "rack 7", cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert "reported to" in result.stderr and "(201)" in result.stderr
         profile = json.loads((tmp_path / "p.json").read_text())
+        assert profile["name"] == "rack 7"  # the operator's name, signed with the rest (issue 47)
         status, node, _ = relay.get(f"/v1/nodes/{profile['node_id']}")
         assert status == 200 and node["profile"] == profile
         _, beacon, _ = relay.get("/beacon")
