@@ -4,15 +4,10 @@ relays, a real `ce-bench node` and a real nats-server."""
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import ipaddress
 import json
 import os
-import queue
-import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,94 +17,18 @@ from nacl.signing import SigningKey
 
 from common.keys import NodeKey
 from common.libp2p_host import local_ipv4
+from tests.mesh_peer import JsPeer, js_peer_script, mesh_address, run_js
 from tests.nats_process import NatsProcess
 from tests.relay_process import CLI, RelayProcess
 from tests.samples import sample_profile
 
-HERE = Path(__file__).resolve().parent / "mesh_js"
 FAST = ["--heartbeat-interval", "0.5", "--beacon-interval", "1", "--roll-call-interval-s", "5",
         "--roll-call-min-gap-s", "4", "--ip-rate", "1000"]
 
 
 @pytest.fixture(scope="module")
 def js_peer() -> Path:
-    """tests/mesh_js installed with `npm ci` from its lock file into the build cache (once per lock), with
-    mesh_peer.mjs beside its node_modules; the path of the script."""
-    import build
-
-    lock = (HERE / "package-lock.json").read_bytes()
-    target = build.CACHE / f"mesh-js-{hashlib.sha256(lock).hexdigest()[:12]}"
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".lock", "w") as guard:  # two pytest-xdist workers may both get here first
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        if not (target / "node_modules" / "libp2p").exists():
-            shutil.copy(HERE / "package.json", target)
-            shutil.copy(HERE / "package-lock.json", target)
-            subprocess.run(["npm", "ci", "--silent", "--no-audit", "--no-fund"], cwd=target, check=True, timeout=300)
-    shutil.copy(HERE / "mesh_peer.mjs", target)
-    return target / "mesh_peer.mjs"
-
-
-class JsPeer:
-    """One mesh_peer.mjs process; its JSON lines arrive on a queue as they are printed."""
-
-    def __init__(self, script: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(["node", str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     cwd=script.parent)
-        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                self.lines.put(json.loads(raw))
-            except ValueError:
-                self.lines.put({"noise": raw.decode(errors="replace")[:300]})
-
-    def next(self, timeout_s: float) -> dict[str, Any] | None:
-        try:
-            line = self.lines.get(timeout=max(0.01, timeout_s))
-        except queue.Empty:
-            return None
-        self.seen.append(line)
-        assert "error" not in line, line["error"]
-        return line
-
-    def until(self, done: Any, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self.next(deadline - time.monotonic())
-            if line is not None and done(line):
-                return line
-        raise AssertionError(f"not seen within {timeout_s} s; seen: {json.dumps(self.seen)[-3000:]}")
-
-    def finish(self, timeout_s: float) -> list[dict[str, Any]]:
-        self.proc.wait(timeout=timeout_s)
-        while self.next(0.01) is not None:
-            pass
-        assert self.proc.returncode == 0, self.seen[-5:]
-        return self.seen
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-
-
-def run_js(script: Path, *args: str, timeout_s: float = 60) -> list[dict[str, Any]]:
-    peer = JsPeer(script, *args)
-    try:
-        return peer.finish(timeout_s)
-    finally:
-        peer.stop()
-
-
-def mesh_address(relay: RelayProcess) -> str:
-    status, info = relay.libp2p()
-    assert status == 200, info
-    return str(next(a for a in info["multiaddrs"] if a.startswith("/ip4/127.0.0.1/")))
+    return js_peer_script()
 
 
 def wait_for(check: Any, timeout_s: float, what: str) -> Any:

@@ -46,11 +46,15 @@ class ClusterLink(Protocol):
 
     def gone(self, node_id: str) -> bool: ...
 
+    def publish_profile(self, node_id: str, measured_at: int, body: bytes, arrival: bool = True) -> None: ...
+
 
 class MeshLink(Protocol):
     """What the desks ask of the libp2p mesh (web/mesh/relay_mesh.py RelayMesh)."""
 
     def publish_scoreboard(self, relay_id: str, call: dict[str, Any]) -> None: ...
+
+    def publish_profile(self, body: bytes) -> None: ...
 
 
 class Outbox:
@@ -75,6 +79,15 @@ class Outbox:
             self.mesh.publish_scoreboard(self.relay_id, call)
         if self.cluster is not None:
             self.cluster.publish_scoreboard(call)
+
+    def publish_profile(self, node_id: str, measured_at: int, body: bytes, via: str) -> None:
+        """A profile this relay took (web/intake/profiles.py): to the cluster unless it came from there (an
+        arrival of the node here only when posted here: a mesh copy was posted elsewhere), and to the mesh only
+        when posted here (gossipsub already carries what came over the mesh)."""
+        if self.cluster is not None and via != "cluster":
+            self.cluster.publish_profile(node_id, measured_at, body, arrival=via == "http")
+        if self.mesh is not None and via == "http":
+            self.mesh.publish_profile(body)
 
     def asked_elsewhere(self, node_id: str, now: float) -> bool:
         """Whether another relay asks this node at roll calls: a lower-id relay of its region holds it, or its

@@ -19,11 +19,12 @@ from web.api.ingest import BeaconBook, Ingest, parse_json
 from web.api.metrics import Metrics
 from web.api.problems import Problem
 from web.api.ratelimit import TokenBuckets
-from web.api.summary import ProfileSummary, lower_figures
+from web.api.summary import ProfileSummary
 from web.api.verify_pool import VerifyPool
 from web.beacon import next_round
 from web.config import RelayConfig
 from web.gc_policy import GcPolicy
+from web.intake.profiles import Origin, ProfileIntake
 from web.jobs.cluster_jobs import JobMirror
 from web.jobs.desk import JobDesk
 from web.jobs.job_store import JobStore
@@ -65,6 +66,7 @@ class Relay:
         self.core = Core(config, self.key, self.store, self.atlas, self.beacons, self.metrics)
         self.outbox = Outbox(self.relay_id)  # the cluster and the mesh, once each is up
         self.challenges = ChallengeDesk(self.core, self.outbox)
+        self.intake = ProfileIntake(self.core, self.challenges.refresh, self.outbox)  # every way a profile comes in
         # dispatched work: its own SQLite file, and a NodeView of the map instead of the relay (web/jobs/ports.py)
         self.job_store = JobStore(config.data_dir / "jobs.sqlite")
         self.jobs = JobDesk(config.jobs, self.job_store,
@@ -133,7 +135,7 @@ class Relay:
 
             inbox = ClusterInbox(self._peer_beacon, self.challenges.apply_transcript,
                                  lambda body, now: self.add_link(body, now, from_cluster=True),
-                                 self.links.measured, self.challenges)
+                                 self.links.measured, self.challenges, self.intake)
             self.cluster = Cluster(self.core, inbox, self.config.nats_url, self.config.nats_bucket,
                                    credentials(self.config))
             self.outbox.cluster = self.cluster
@@ -276,29 +278,16 @@ class Relay:
             raise Problem(409, "concurrent_profile", "another profile of this node is being stored",
                           "retry after the first one is answered")
         self._inflight.add(node_id)
+        origin = Origin("mesh" if from_mesh else "http", self.relay_id)
         try:
-            await self.store.write(Store.all_of(
-                Store.put_profile_op(node_id, summary.measured_at, self.relay_id, body, False,
-                                     json.dumps(summary.to_json()).encode()),
-                Store.put_history_op(node_id, now, "profile", json.dumps(summary.figures()).encode(),
-                                     self.config.history_kept)))
+            await self.store.write(self.intake.write_op(summary, body, origin, now))
         except StoreError as exc:
             log.error("store failed", extra={"error": str(exc)})
             raise Problem(503, "store_unavailable", "the relay cannot store profiles right now", str(exc)) from None
         finally:
             self._inflight.discard(node_id)
-        before = self.atlas.nodes.get(node_id)
-        warnings = lower_figures(before.profile, summary) if before is not None and replaced else []
-        if warnings:
-            log.warning("a profile replaced a higher one", extra={"node_id": node_id, "warnings": warnings})
-        self.atlas.put(summary, self.relay_id, now)
-        self.challenges.refresh(node_id, now)  # a new claim is judged against what was observed
+        warnings = self.intake.keep(summary, body, origin, now)  # the atlas, the desk, the outbox
         log.debug("profile stored", extra={"node_id": node_id, "replaced": replaced})
-        if self.cluster is not None:
-            # a profile that came over the mesh is no arrival of the node here (it was posted elsewhere)
-            self.cluster.publish_profile(node_id, summary.measured_at, body, arrival=not from_mesh)
-        if self.mesh is not None and not from_mesh:
-            self.mesh.publish_profile(body)
         return (200 if replaced else 201), {"node_id": node_id, "measured_at": summary.measured_at,
                                             "status": "replaced" if replaced else "stored",
                                             **({"warnings": warnings} if warnings else {})}

@@ -16,6 +16,7 @@ if (!Promise.withResolvers) {  // Node 20 lacks it; current js-libp2p calls it
   }
 }
 import crypto from 'node:crypto'
+import fs from 'node:fs'
 import { createLibp2p } from 'libp2p'
 import { tcp } from '@libp2p/tcp'
 import { noise } from '@chainsafe/libp2p-noise'
@@ -138,11 +139,25 @@ async function pair (relayAddr, seedA, seedB) {
   await b.stop()
 }
 
+// Publishes one record (a file's bytes, as they are) on a topic through the relay's gossipsub mesh.
+async function publishFile (relayAddr, topic, file) {
+  const peer = await newPeer()
+  peer.services.pubsub.subscribe(topic)
+  await peer.dial(multiaddr(relayAddr))
+  await sleep(3000)  // the relay's gossipsub mesh forms (heartbeat 1 s)
+  const bytes = fs.readFileSync(file)
+  const result = await peer.services.pubsub.publish(topic, bytes).then((r) => r.recipients.length, (e) => String(e))
+  out({ published: topic, recipients: result })
+  await sleep(1000)
+  await peer.stop()
+}
+
 try {
   const [mode, ...args] = process.argv.slice(2)
   if (mode === 'listen') await listen(args[0], Number(args[1]))
   else if (mode === 'ping') await pingPeer(args[0])
   else if (mode === 'pair') await pair(args[0], args[1], args[2])
+  else if (mode === 'publish') await publishFile(args[0], args[1], args[2])
   else if (mode === 'verify') out({ verified: verify(args[0], JSON.parse(args[1])) })
   else throw new Error(`unknown mode ${mode}: listen, ping or pair`)
   process.exit(0)

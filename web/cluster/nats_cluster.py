@@ -39,6 +39,7 @@ from web.cluster.digests import DigestBook, DigestWriter
 from web.cluster.nats_auth import writer_prefix
 from web.cluster.regional import Regional, TrustDesk
 from web.cluster.regions import Subjects
+from web.intake.profiles import Origin, ProfileIntake
 from web.map.links import worth_gossiping
 from web.mesh.messages import scoreboard_body
 from web.parts import Core
@@ -71,6 +72,8 @@ class ClusterInbox:
     link_held: Callable[[str, str], dict[str, Any] | None]
     # nodes' trust, carried between regions (web/cluster/regional.py)
     desk: TrustDesk
+    # what follows a profile taken from a peer: store and history row, atlas, desk (web/intake/profiles.py)
+    profiles: ProfileIntake
 
 
 class Cluster:
@@ -450,10 +453,9 @@ class Cluster:
         if stored is not None and stored.profile.measured_at >= summary.measured_at:
             metrics["not_newer"] += 1
             return 0
-        await self.core.store.write(Store.put_profile_op(summary.node_id, summary.measured_at, origin, body, True,
-                                                          json.dumps(summary.to_json()).encode()))
         now = time.time()
-        fresh = now - summary.measured_at <= self.core.config.offline_after_s
-        self.core.atlas.put(summary, origin, now, live=fresh)
+        taken = Origin("cluster", origin)
+        await self.core.store.write(self.inbox.profiles.write_op(summary, body, taken, now))
+        self.inbox.profiles.keep(summary, body, taken, now)
         metrics["applied"] += 1
         return 1

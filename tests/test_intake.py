@@ -1,0 +1,69 @@
+"""One intake for a profile, whichever way it arrives (issue 48): posted over HTTP, gossiped on the libp2p mesh by
+a js-libp2p peer, or published by another relay of the cluster over NATS. Each leaves the same history row and
+the same atlas entry on relay A. (Before, a profile from NATS wrote no history row on the relays it reached and
+skipped their challenge desks' refresh.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.mesh_peer import js_peer_script, mesh_address, run_js
+from tests.nats_process import NatsProcess
+from tests.relay_process import RelayProcess
+from tests.samples import sample_profile
+
+FAST = ["--heartbeat-interval", "0.5", "--beacon-interval", "1", "--ip-rate", "1000"]
+
+
+def until(what: str, timeout_s: float, probe: Any) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout_s} s (last: {probe()!r:.500})")
+
+
+def node(relay: RelayProcess, node_id: str) -> dict[str, Any] | None:
+    status, body, _ = relay.get(f"/v1/nodes/{node_id}")
+    return body if status == 200 else None
+
+
+def profile_rows(relay: RelayProcess, node_id: str) -> list[dict[str, Any]]:
+    events = relay.get(f"/v1/nodes/{node_id}/history")[1]["events"]
+    return [{k: v for k, v in e.items() if k != "at"} for e in events if e["event"] == "profile"]
+
+
+def test_http_mesh_and_nats_leave_the_same_history_row_and_atlas_entry(tmp_path: Path) -> None:
+    script = js_peer_script()
+    with NatsProcess(tmp_path / "nats") as nats:
+        a = RelayProcess(tmp_path / "a", *FAST, *nats.relay_args()).start()
+        b = RelayProcess(tmp_path / "b", *FAST, *nats.relay_args()).start()
+        try:
+            beacon_a, beacon_b = a.get("/beacon")[1], b.get("/beacon")[1]
+            # three nodes with the same figures: one posted to A, one gossiped to A, one posted to B
+            by_http = sample_profile(beacon=beacon_a, gflops=42.0, name="over http")[1]
+            by_mesh = sample_profile(beacon=beacon_a, gflops=42.0, name="over the mesh")[1]
+            by_nats = sample_profile(beacon=beacon_b, gflops=42.0, name="over nats")[1]
+            assert a.post("/v1/profiles", by_http)[0] == 201
+            (tmp_path / "mesh.json").write_text(json.dumps(by_mesh))
+            [sent] = [line for line in run_js(script, "publish", mesh_address(a), "ce-bench/profiles/1",
+                                              str(tmp_path / "mesh.json")) if "published" in line]
+            assert sent["recipients"] == 1, sent  # the precondition: the relay was a gossipsub peer of the topic
+            assert b.post("/v1/profiles", by_nats)[0] == 201
+            for profile in (by_http, by_mesh, by_nats):
+                held = until(f"{profile['name']} at A", 30, lambda p=profile: node(a, p["node_id"]))
+                assert held["profile"] == profile  # the atlas entry: the profile as signed
+            rows = {p["name"]: until(f"{p['name']}'s history row at A", 15,
+                                     lambda p=p: profile_rows(a, p["node_id"]))
+                    for p in (by_http, by_mesh, by_nats)}
+            # one row each, the same row: the figures the profile claims (before: none for the one from NATS)
+            assert rows["over http"] == rows["over the mesh"] == rows["over nats"], rows
+            assert len(rows["over nats"]) == 1 and rows["over nats"][0]["cpu_gflops"] == 42.0, rows
+        finally:
+            a.stop()
+            b.stop()
