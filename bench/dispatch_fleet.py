@@ -55,7 +55,7 @@ def main() -> int:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from tests.test_browser import CHROMIUM, FLAGS, join
+    from tests.browsers import CHROMIUM, FLAGS, join
 
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)

@@ -116,3 +116,12 @@ def native_capsule(tmp_path_factory: pytest.TempPathFactory) -> Path:
     flags = [f for f in build.COMMON_FLAGS if f not in ("-msimd128", "-s")]
     subprocess.run([cc, *flags, *sources, "-lm", "-o", str(out)], check=True, capture_output=True, text=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args() -> dict[str, Any]:
+    """pytest-playwright launches Debian's Chromium with WebGPU (tests/browsers.py); a module that wants another
+    launch (tests/test_promises_join_page.py: without WebGPU) overrides this."""
+    from tests.browsers import WEBGPU_LAUNCH_ARGS
+
+    return dict(WEBGPU_LAUNCH_ARGS)

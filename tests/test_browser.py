@@ -23,41 +23,17 @@ from capsule.probe_report import parse_report
 from capsule.signing import sign, verify_record
 from common.keys import NodeKey
 from host_runner.relay_client import post_profile
+from tests.browsers import CHROMIUM, CPU_ONLY, FLAGS, JOIN_DONE, join
 from tests.conftest import ROOT, Artifacts
 from tests.relay_process import RelayProcess
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
 ARTIFACTS = ROOT / "test-artifacts"
-JOIN_DONE = "() => /joined|stopped|refused|unreachable|busy/.test(document.getElementById('status').textContent)"
-# The join page's query for joins that judge no figure: the heavy-work budget spent by the CPU phases, so the
-# disk and GPU phases are skipped (~5 s less per join; the skip itself is test_heavy_work_budget_skips_later_phases)
-CPU_ONLY = "?heavy_budget_s=0.5"
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args() -> dict[str, Any]:
-    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}
 
 
 @pytest.fixture(scope="module")
 def relay(tmp_path_factory: pytest.TempPathFactory, artifacts: Artifacts) -> Iterator[RelayProcess]:
     with RelayProcess(tmp_path_factory.mktemp("browser-relay") / "data") as r:
         yield r
-
-
-def join(page: Page, relay: RelayProcess, query: str = "", name: str = "") -> dict[str, Any]:
-    page.goto(relay.url + "/" + query)
-    assert "Ready" in page.locator("#status").inner_text()
-    if name:
-        page.fill("#node-name", name)
-    page.click("#join")
-    page.wait_for_function(JOIN_DONE, timeout=120_000)
-    status = page.locator("#status").inner_text()
-    assert status.startswith("joined"), status
-    profile: dict[str, Any] = page.evaluate("() => window.ceProfile")
-    return profile
 
 
 def test_join_waits_for_the_page_and_names_no_platform_core_count(browser: Browser, relay: RelayProcess) -> None:

@@ -21,21 +21,14 @@ from fabric.graph import FabricMap
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import CLI, RelayProcess, free_port, start_all
+from tests.roll_call_helpers import until
 from tests.test_links import link, register
-from tests.test_proven import until
 
 # timed (tests/scheduling.py): landmark RTTs; the browser's join runs alone
 pytestmark = pytest.mark.timed
 
 OPTIONS = ["--heartbeat-interval", "0.3", "--link-refit-interval-s", "0.5", "--ip-rate", "1000",
            "--peer-probe-interval-s", "2", "--peer-probe-pair-repeat-s", "0"]
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args() -> dict[str, Any]:
-    from tests.test_browser import CHROMIUM, FLAGS
-
-    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}  # as tests/test_browser.py
 
 
 @pytest.fixture()
@@ -228,7 +221,7 @@ def test_a_browser_is_measured_by_the_landmarks_too(
     confirmed on every relay. When B dies, the page's live session moves to A or C (a fresh edge measured
     there by its pings)."""
     from host_runner.landmarks import landmarks
-    from tests.test_browser import CPU_ONLY, join
+    from tests.browsers import CPU_ONLY, join
 
     _, relays, keys = cluster
     start_all(relays)

@@ -23,7 +23,7 @@ from host_runner.job_client import JobClient
 from host_runner.relay_client import fetch_beacon, post_profile
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess
-from tests.test_proven import ROLL, node, until
+from tests.roll_call_helpers import ROLL, node, until
 from tests.test_server_cli import ce_bench
 
 pytestmark = pytest.mark.timed  # the nodes answer roll calls within deadlines to be proven

@@ -18,8 +18,8 @@ from host_runner.job_client import JobClient, read_manifest
 from tests.conftest import Artifacts
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, free_port, start_all
+from tests.roll_call_helpers import ROLL, until
 from tests.test_dispatch import NodeProc, claims_fixture, proven, register, write_manifest  # noqa: F401
-from tests.test_proven import ROLL, until
 
 pytestmark = pytest.mark.timed  # the nodes answer roll calls to be proven
 

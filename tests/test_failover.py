@@ -33,7 +33,7 @@ from host_runner.live_client import LiveSession
 from tests.failover_fleet import Fleet
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, free_port, start_all
-from tests.test_proven import until
+from tests.roll_call_helpers import until
 from tests.threaded import in_thread
 
 # run alone (tests/scheduling.py): 2,000 sessions and three relays take both cores

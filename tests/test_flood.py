@@ -26,8 +26,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from host_runner.live_client import LiveSession
 from tests.relay_process import RelayProcess
+from tests.roll_call_helpers import until
 from tests.samples import sample_profile
-from tests.test_proven import until
 
 # a roll call every 6 s (every 6th beacon round of 1 s, chance 1), its reference-model phase 3 s later
 ROLL = ["--challenge-first-after", "1", "--challenge-interval-unverified", "1", "--heartbeat-interval", "0.5",

@@ -32,8 +32,8 @@ from host_runner.live_client import LiveSession
 from host_runner.node import RunOptions, measure
 from host_runner.relay_client import fetch_beacon
 from tests.relay_process import RelayProcess
-from tests.test_proven import HONEST_SHARE, Identity, challenges, node, stats, until
-from tests.test_proven import registered as proven_registered
+from tests.roll_call_helpers import HONEST_SHARE, Identity, challenges, node, stats, until
+from tests.roll_call_helpers import registered as proven_registered
 from web.config import RelayConfig
 from web.map.stats import Contribution
 from web.proof.challenges import check_opened, on_commit, parse_opening
@@ -261,13 +261,6 @@ def test_a_gpu_transcript_is_rechecked_by_peers(ctx: GpuContext) -> None:
     assert err.value.code == "wrong_transcript"
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args() -> dict[str, Any]:
-    from tests.test_browser import CHROMIUM, FLAGS
-
-    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}  # as tests/test_browser.py
-
-
 @pytest.mark.alone  # a browser join: its CPU use moves what is judged (tests/scheduling.py)
 def test_a_browser_answers_its_gpu_challenges_beside_its_sgemm_ones(page: Any, relay: RelayProcess,
                                                                     artifacts: Any) -> None:
@@ -278,7 +271,7 @@ def test_a_browser_answers_its_gpu_challenges_beside_its_sgemm_ones(page: Any, r
     (one issued_at, both passed); whatever counts is at most its fp32 claim. (Whether a software GPU on the
     cores its SGEMM answer uses meets the common deadline is timing: counted or after_deadline, both
     printed.)"""
-    from tests.test_browser import join
+    from tests.browsers import join
 
     profile = join(page, relay)
     assert profile["gpus"], f"the page found no WebGPU adapter (SwiftShader): {profile.get('gpus')}"

@@ -24,10 +24,10 @@ import pytest
 from playwright.sync_api import Browser
 
 from capsule.scaling import chosen_instances
+from tests.browsers import JOIN_DONE
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess
 from tests.test_promises_join_page import (  # noqa: F401 - the fixture: the Debian Chromium, as that module's
-    JOIN_DONE,
     READY,
     THROTTLER,
     browser_type_launch_args,

@@ -35,13 +35,6 @@ pytestmark = pytest.mark.alone
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
-@pytest.fixture(scope="session")
-def browser_type_launch_args() -> dict[str, Any]:
-    from tests.test_browser import CHROMIUM, FLAGS
-
-    return {"executable_path": CHROMIUM, "args": [*FLAGS, "--enable-unsafe-webgpu"]}  # as tests/test_browser.py
-
-
 JOIN_DONE = "() => /joined|stopped|refused|unreachable|busy/.test(document.getElementById('status').textContent)"
 
 

@@ -21,8 +21,8 @@ from common.keys import NodeKey
 from host_runner.live_client import LiveSession
 from host_runner.peer_probe import PeerProber, agrees, summarize
 from tests.relay_process import RelayProcess
+from tests.roll_call_helpers import until
 from tests.test_links import register
-from tests.test_proven import until
 from web.config import RelayConfig
 from web.map.peer_probes import PeerBroker
 from web.sessions.live import LiveError

@@ -31,13 +31,10 @@ from websockets.sync.client import ClientConnection, connect
 
 from capsule.peerid import peer_id_from_public_key
 from capsule.plan import CPU_PROBES, plan_from_beacon
+from tests.browsers import CHROMIUM, FLAGS, JOIN_DONE
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
-JOIN_DONE = "() => /joined|stopped|refused|unreachable|busy/.test(document.getElementById('status').textContent)"
 READY = "() => !document.getElementById('join').disabled"
 THROTTLE_NOTE = "throughput dropped sharply during the run (thermal throttling?)"
 

@@ -21,7 +21,7 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, start_all
-from tests.test_proven import (
+from tests.roll_call_helpers import (
     HONEST_SHARE,
     SHARED_SGEMM,
     challenges,

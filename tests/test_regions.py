@@ -19,7 +19,7 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_regions import NatsRegions
 from tests.relay_process import RelayProcess
-from tests.test_proven import HONEST_SHARE, ROLL, node, registered, until
+from tests.roll_call_helpers import HONEST_SHARE, ROLL, node, registered, until
 from tests.test_proven_cluster import metric
 from tests.threaded import in_thread
 from web.cluster.handoff import Moves, adopt, ask_body

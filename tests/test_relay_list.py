@@ -19,7 +19,7 @@ from common.keys import load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, free_port
-from tests.test_proven import until
+from tests.roll_call_helpers import until
 from tests.threaded import in_thread
 
 pytestmark = pytest.mark.timed  # waits on a relearn interval and a failover

@@ -25,7 +25,7 @@ from common.keys import NodeKey
 from host_runner.challenge_answer import ReactorPool, SgemmAnswer
 from host_runner.live_client import LiveSession
 from tests.relay_process import CLI, RelayProcess
-from tests.test_proven import registered as proven_registered
+from tests.roll_call_helpers import registered as proven_registered
 
 # Marked `alone` (tests/scheduling.py): the tests that compare answer times with claims or deadlines, or one
 # machine's identities. A wrong answer fails whatever the load, so those tests run beside others. The first

@@ -177,7 +177,7 @@ def fits_and_refusals(relays: list[int]) -> dict[int, Any]:
 
 def test_every_relay_of_a_cluster_predicts_unmeasured_pairs_across_regions(
         world: dict[tuple[int, int], float], tmp_path: Path, browser_type: Any) -> None:
-    from tests.test_browser import CHROMIUM, CPU_ONLY, FLAGS, JOIN_DONE
+    from tests.browsers import CHROMIUM, CPU_ONLY, FLAGS, JOIN_DONE
 
     keys = {h: load_or_create(tmp_path / f"relay{h}" / "relay.key") for h in RELAYS}
     node_keys = {h: load_or_create(tmp_path / f"node{h}" / "node.key") for h in NODES}  # the nodes' CE_BENCH_HOME
