@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +151,35 @@ class RelayProcess:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
+
+
+RECEIVED = "ce_relay_cluster_received_total"  # what a relay took (or refused) from its cluster, by result
+
+
+def metrics_text(relay: RelayProcess) -> str:
+    """The relay's /metrics (one process's, with --processes N)."""
+    import urllib.request
+
+    with urllib.request.urlopen(relay.url + "/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def metric(relay: RelayProcess, line_prefix: str) -> float:
+    """The value of the one sample whose name and labels are `line_prefix` (0 when absent)."""
+    for line in metrics_text(relay).splitlines():
+        if line.startswith(line_prefix + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def metric_sum(relay: RelayProcess, name: str) -> float:
+    """The sum of every sample whose line starts with `name` (all label sets of a counter)."""
+    return sum(float(line.split()[-1]) for line in metrics_text(relay).splitlines() if line.startswith(name))
+
+
+def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """check() until it is true; after `timeout` s a failure naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)

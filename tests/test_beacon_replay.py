@@ -21,9 +21,9 @@ import pytest
 
 from common.keys import load_or_create
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess, start_all
+from tests.relay_process import RECEIVED, RelayProcess, start_all
+from tests.relay_process import metric_sum as metric
 from tests.roll_call_helpers import until
-from tests.test_proven_cluster import RECEIVED, metric
 from tests.threaded import in_thread
 from web.cluster.beacon_gate import window_s
 from web.config import RelayConfig

@@ -27,10 +27,9 @@ from nats.js.errors import Error as JetStreamError
 
 from common.keys import load_or_create
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess, free_port
+from tests.relay_process import RelayProcess, free_port, metric
 from tests.roll_call_helpers import until
 from tests.samples import sample_profile
-from tests.test_promises_relay import metric
 from tests.threaded import in_thread
 
 pytestmark = pytest.mark.timed  # waits on the bucket's writes crossing to a relay

@@ -25,10 +25,8 @@ from nats.errors import Error as NatsError
 
 from common.keys import load_or_create
 from tests.nats_process import NatsProcess
-from tests.relay_process import CLI, RelayProcess, free_port
+from tests.relay_process import CLI, RelayProcess, eventually, free_port, metric
 from tests.samples import sample_profile
-from tests.test_promises_relay import metric
-from tests.test_relay_cluster import eventually
 from tests.threaded import in_thread
 from web.cluster import nats_cluster as cluster
 from web.cluster.nats_auth import RELAY_SUBJECTS, relay_permissions

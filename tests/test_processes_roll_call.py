@@ -22,8 +22,7 @@ from websockets.asyncio.client import connect
 from bench.relay_sessions import beats, known_everywhere, register_nodes
 from common.keys import NodeKey
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess
-from tests.test_relay_cluster import eventually
+from tests.relay_process import RelayProcess, eventually
 from tests.threaded import in_thread
 
 NODES = 40

@@ -31,7 +31,7 @@ from capsule.signing import sign
 from common.keys import NodeKey
 from tests.conftest import Artifacts
 from tests.nats_process import NatsProcess
-from tests.relay_process import CLI, RelayProcess
+from tests.relay_process import CLI, RelayProcess, metric, metrics_text
 from tests.samples import mutated, sample_profile
 from tests.threaded import in_thread
 
@@ -135,20 +135,6 @@ def test_sigterm_during_a_measurement_publishes_nothing(tmp_path: Path, artifact
         assert "ce_relay_ingest_total{" not in metrics, metrics  # nothing was posted at all
         outbox = tmp_path / "home" / "outbox"
         assert not outbox.exists() or list(outbox.iterdir()) == []  # nor kept to be sent later
-
-
-def metrics_text(relay: RelayProcess) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(relay.url + "/metrics", timeout=10) as resp:
-        return str(resp.read().decode())
-
-
-def metric(relay: RelayProcess, line_prefix: str) -> float:
-    for line in metrics_text(relay).splitlines():
-        if line.startswith(line_prefix + " "):
-            return float(line.split()[-1])
-    return 0.0
 
 
 SESSIONS = 120

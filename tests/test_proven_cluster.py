@@ -20,7 +20,7 @@ from capsule.signing import sign
 from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess, start_all
+from tests.relay_process import RECEIVED, RelayProcess, metric_sum, start_all
 from tests.roll_call_helpers import (
     HONEST_SHARE,
     SHARED_SGEMM,
@@ -87,19 +87,9 @@ def machine_sgemm_gflops(capsule: Path, instances: int) -> float:
     return (window_rate([work_spans(r, "sgemm") for r in run.reports]).rate or 0.0) / 1e9
 
 
-RECEIVED = "ce_relay_cluster_received_total"
-
-
 def refused(relay: RelayProcess) -> float:
     """Records from NATS the relay refused: invalid ones, and transcripts refused by name (replayed, stale, ...)."""
-    return metric(relay, f'{RECEIVED}{{result="invalid"}}') + metric(relay, f'{RECEIVED}{{result="transcript_')
-
-
-def metric(relay: RelayProcess, name: str) -> float:
-    import urllib.request
-
-    text = urllib.request.urlopen(relay.url + "/metrics", timeout=10).read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+    return metric_sum(relay, f'{RECEIVED}{{result="invalid"}}') + metric_sum(relay, f'{RECEIVED}{{result="transcript_')
 
 
 @pytest.mark.alone  # the machine's SGEMM is measured as the bound: nothing beside it may move it (run #34)
@@ -288,7 +278,7 @@ def test_forged_or_altered_transcripts_change_nothing(
     for t in (forged, altered, *replays):
         published(nats.url, "ce.trust.transcripts", t)
     until("all refused", 20, lambda: refused(b) >= refused_before + 2 + len(replays))
-    assert metric(b, f'{RECEIVED}{{result="transcript_replayed"}}') >= len(replays)  # counted by name
+    assert metric_sum(b, f'{RECEIVED}{{result="transcript_replayed"}}') >= len(replays)  # counted by name
     trust = node(b, victim)["trust"]
     assert trust["challenges"]["passed"] == 0 and trust["counted"]["cpu_gflops"] == 0, trust
     assert b.get("/stats")[1]["verified_nodes"] <= 1  # at most the genuine node, never the victim
@@ -303,7 +293,7 @@ def test_forged_or_altered_transcripts_change_nothing(
     assert fresh_for_s > 10, fresh_for_s  # the precondition: B would still take it, were it not marked taken
     published(nats.url, "ce.trust.transcripts", genuine)
     until("the replay after the restart refused as replayed", 20,
-          lambda: metric(b, f'{RECEIVED}{{result="transcript_replayed"}}') >= 1)
+          lambda: metric_sum(b, f'{RECEIVED}{{result="transcript_replayed"}}') >= 1)
     assert node(b, key)["trust"]["challenges"]["passed"] == passes_before
     until("the node that left counts nothing on B after a roll call", 60,
           lambda: node(b, key)["trust"]["counted"]["cpu_gflops"] == 0)
@@ -345,9 +335,9 @@ def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(
     session = LiveSession(high.url, key, reactor_wasm=artifacts.reactor).start()
     try:
         until("the node online on the other relay", 30, lambda: node(low, key)["status"]["online"])
-        beats_before = metric(high, "ce_relay_pongs_total")
+        beats_before = metric_sum(high, "ce_relay_pongs_total")
         in_thread(asyncio.run, listen(6.0))
-        beats = metric(high, "ce_relay_pongs_total") - beats_before
+        beats = metric_sum(high, "ce_relay_pongs_total") - beats_before
         assert beats >= 8, beats  # the precondition: the session kept showing signs of life (0.5 s pings)
         digests = seen.get("ce.atlas.live-digests", [])
         # no message per sign of life: digests, and the link samples measured meanwhile (one per 3 pings)
@@ -363,7 +353,7 @@ def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(
                 "added": [{"node_id": k.node_id, "since": 0} for k in (key, victim)]}
         forged = [sign("LiveDigest", body, stranger),  # a stranger's digest
                   sign("LiveDigest", {**body, "relay": relay_keys[lower].node_id}, stranger)]  # a peer's name
-        before = {r: metric(low, f'ce_relay_cluster_received_total{{result="{r}"}}')
+        before = {r: metric_sum(low, f'ce_relay_cluster_received_total{{result="{r}"}}')
                   for r in ("invalid", "digest_old", "digest_not_a_peer")}
         for record in forged:
             published(nats.url, "ce.atlas.live-digests", record)
@@ -371,13 +361,13 @@ def test_liveness_crosses_as_signed_digests_and_forgeries_change_nothing(
         published(nats.url, "ce.atlas.heartbeats", {"node_id": victim.node_id, "relay": relay_keys[lower].node_id})
         # each forgery refused: the peer's name under a stranger's signature fails its signature, and the
         # stranger's own digest names no peer of this cluster
-        until("the forgeries refused", 20, lambda: metric(low, 'ce_relay_cluster_received_total{result="invalid"}')
-              >= before["invalid"] + 1 and metric(low, 'ce_relay_cluster_received_total{result="digest_not_a_peer"}')
+        until("the forgeries refused", 20, lambda: metric_sum(low, f'{RECEIVED}{{result="invalid"}}')
+              >= before["invalid"] + 1 and metric_sum(low, f'{RECEIVED}{{result="digest_not_a_peer"}}')
               >= before["digest_not_a_peer"] + 1)
         if genuine["relay"] == relay_keys[lower].node_id:  # low ignores its own digests; the replay reaches high
-            assert metric(high, 'ce_relay_cluster_received_total{result="digest_old"}') >= 1
+            assert metric_sum(high, 'ce_relay_cluster_received_total{result="digest_old"}') >= 1
         else:
-            until("the replay refused", 20, lambda: metric(low, 'ce_relay_cluster_received_total'
+            until("the replay refused", 20, lambda: metric_sum(low, 'ce_relay_cluster_received_total'
                                                                 '{result="digest_old"}') >= before["digest_old"] + 1)
         for r in relays:
             assert not node(r, victim)["status"]["online"], r.url  # nothing made the victim live

@@ -19,8 +19,8 @@ from common.keys import NodeKey, load_or_create
 from host_runner.live_client import LiveSession
 from tests.nats_regions import NatsRegions
 from tests.relay_process import RelayProcess
+from tests.relay_process import metric_sum as metric
 from tests.roll_call_helpers import HONEST_SHARE, ROLL, node, registered, until
-from tests.test_proven_cluster import metric
 from tests.threaded import in_thread
 from web.cluster.handoff import Moves, adopt, ask_body
 from web.cluster.regions import RegionBoard, Subjects, check_region

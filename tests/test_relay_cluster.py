@@ -3,25 +3,16 @@ after a restart, survival of a NATS outage."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess, start_all
+from tests.relay_process import RelayProcess, eventually, start_all
 from tests.samples import sample_profile
 
 # timed (tests/scheduling.py): heartbeats and digests cross the cluster within set times
 pytestmark = pytest.mark.timed
-
-
-def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.1)
 
 
 def serves(relay: RelayProcess, node_id: str, measured_at: int | None = None) -> bool:

@@ -14,9 +14,8 @@ import psutil
 from websockets.sync.client import connect
 
 from tests.nats_process import NatsProcess
-from tests.relay_process import RelayProcess
+from tests.relay_process import RelayProcess, eventually
 from tests.samples import sample_profile
-from tests.test_relay_cluster import eventually
 
 
 def session_relay(relay: RelayProcess) -> str:
