@@ -42,9 +42,9 @@ from bench.relay_load import ONE_ADDRESS  # noqa: E402
 from bench.relay_sessions import Stats, register_nodes, session  # noqa: E402
 from common.keys import NodeKey, load_or_create  # noqa: E402
 from host_runner.job_client import JobClient  # noqa: E402
+from tests.job_nodes import NodeProc, proven, register  # noqa: E402
 from tests.relay_process import RelayProcess  # noqa: E402
 from tests.roll_call_helpers import ROLL, until  # noqa: E402
-from tests.test_dispatch import NodeProc, proven, register  # noqa: E402
 
 WORK = ROOT / "build" / "work.wasm"
 WASMTIME = Path(sys.executable).parent / "wasmtime"

@@ -125,3 +125,11 @@ def browser_type_launch_args() -> dict[str, Any]:
     from tests.browsers import WEBGPU_LAUNCH_ARGS
 
     return dict(WEBGPU_LAUNCH_ARGS)
+
+
+@pytest.fixture(scope="module")
+def claims() -> dict[str, Any]:
+    """What the dispatch tests' nodes claim (tests/job_nodes.py sample_claims)."""
+    from tests.job_nodes import sample_claims
+
+    return sample_claims()

@@ -561,7 +561,7 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
 def queued_job(relay: RelayProcess, submitter: NodeKey, tmp_path: Path) -> str:
     """A job of two tasks the relay cannot place (no node offers slots): its page shows them queued."""
     from host_runner.job_client import JobClient, read_manifest
-    from tests.test_dispatch import write_manifest
+    from tests.job_nodes import write_manifest
 
     body, blobs = read_manifest(write_manifest(tmp_path / "queued.json", [["1", "10"], ["trap"]]))
     client = JobClient(relay.url)
@@ -577,7 +577,7 @@ def runs_tasks_beside_a_server(page: Page, r: RelayProcess, profile: dict[str, A
     and the outputs agree with each other and with `wasmtime run` here."""
     from host_runner.job_client import JobClient, read_manifest
     from host_runner.wasi_task import TaskLimitsRt, run_task, task_seed
-    from tests.test_dispatch import WORK, NodeProc, proven
+    from tests.job_nodes import WORK, NodeProc, proven
 
     assert not page.is_checked("#accept-tasks")  # the page asks first: no task before its user allows it
     assert r.get("/v1/jobs")[1]["workers"] == 0

@@ -16,10 +16,10 @@ import pytest
 from common.keys import NodeKey, load_or_create
 from host_runner.job_client import JobClient, read_manifest
 from tests.conftest import Artifacts
+from tests.job_nodes import NodeProc, proven, register, write_manifest
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess, free_port, start_all
 from tests.roll_call_helpers import ROLL, until
-from tests.test_dispatch import NodeProc, claims_fixture, proven, register, write_manifest  # noqa: F401
 
 pytestmark = pytest.mark.timed  # the nodes answer roll calls to be proven
 

@@ -15,8 +15,8 @@ import pytest
 from common.keys import load_or_create
 from host_runner.job_client import JobClient, read_manifest
 from tests.conftest import ROOT, Artifacts
+from tests.job_nodes import write_manifest
 from tests.relay_process import CLI
-from tests.test_dispatch import claims_fixture, write_manifest  # noqa: F401 - the claims fixture
 from tests.test_world import get, in_ns, url, wait_for, world  # noqa: F401 - world is the fixture
 
 pytestmark = pytest.mark.alone  # RTTs through a user-space router: judged against the built delays
@@ -28,7 +28,7 @@ HOSTS = [4, 5, 6, 7, 10]  # region 0: 4, 5, 6; region 1: 7; region 2: 10
 def test_near_places_on_the_nearest_nodes_by_delay(world: dict[tuple[int, int], float],  # noqa: F811
                                                    tmp_path: Path, claims: dict[str, Any],
                                                    artifacts: Artifacts) -> None:
-    from tests.test_dispatch import proven, register
+    from tests.job_nodes import proven, register
 
     submitter = load_or_create(tmp_path / "submitter.key")
     procs = [in_ns(RELAY, CLI, "relay", "--host", f"10.78.{RELAY}.2", "--port", "8000", "--data-dir",

@@ -14,8 +14,8 @@ import wasmtime
 from capsule.canonical import canonical_bytes
 from capsule.signing import verify_record
 from host_runner.wasm import Limits, limited_engine, run_command
+from tests.cli_runs import assert_user_error, ce_bench
 from tests.conftest import Artifacts
-from tests.test_server_cli import assert_user_error, ce_bench
 
 
 def manifest(artifacts: Artifacts, **changes: Any) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from websockets.sync.client import connect
 
+from tests.cli_runs import ce_bench
 from tests.relay_process import RelayProcess
-from tests.test_server_cli import ce_bench
 
 DEEP_ARRAYS = b"[" * 3000 + b"]" * 3000
 DEEP_OBJECTS = b'{"a":' * 3000 + b"1" + b"}" * 3000

@@ -19,26 +19,13 @@ from capsule.signing import verify_record
 from host_runner import facts
 from host_runner.facts import thp_mode
 from host_runner.wasm import HugePageAdvice
+from tests.cli_runs import assert_user_error, ce_bench
 from tests.conftest import Artifacts
 from tests.relay_process import RelayProcess, free_port
 from tests.standin_relay import StandinRelay
 
 CLI = str(Path(sys.executable).parent / "ce-bench")
 FAST = ["--no-jitter", "--no-gpu", "--budget-ms", "500"]
-
-
-def ce_bench(home: Path, *args: str, cwd: Path | None = None, timeout: float = 300,
-             env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, CE_BENCH_HOME=str(home), COLUMNS="160", **(env_extra or {}))
-    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-
-
-def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "ce-bench: error: " in result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr, result.stderr
 
 
 def test_run_end_to_end_with_gpu(tmp_path: Path, artifacts: Artifacts) -> None:
