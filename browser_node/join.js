@@ -72,12 +72,17 @@ function throttled(samples) {
   return med(samples.slice(-3)) < 0.6 * med(samples.slice(0, 3));
 }
 
-// The name the person gave this device (optional), kept for the next visit; the profile signs it.
+// The name the person gave this device (optional), read once when Join is pressed (a later edit of the field
+// renames nothing until the next Join) and kept for the next visit; the profile signs it.
 const NAME_KEY = "ce-bench-node-name";
-function deviceName() {
+let joinName = null;
+function deviceName() { return joinName; }
+function takeName(py) {
   const name = ($("node-name").value || "").trim();
+  if (name && !py.nameOk(name)) return false;
+  joinName = name || null;
   try { if (name) localStorage.setItem(NAME_KEY, name); else localStorage.removeItem(NAME_KEY); } catch { /* private mode */ }
-  return name || null;
+  return true;
 }
 
 async function sha256Hex(buffer) { return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", buffer))); }
@@ -245,6 +250,12 @@ async function join() {
     const key = await nodeKey();
     const py = await phase("python", loadCapsulePython);
     window.cePython = py; // the same capsule Python as servers; tests compare its bytes with CPython's
+    if (!takeName(py)) {  // checked before any measuring: a name the relay would refuse costs no run
+      setStatus("refused: a name is 1-64 characters, with no control or invisible characters, no space at either " +
+        "end, and not beginning like a node id (12D3KooW…)", "error");
+      $("join").disabled = false;
+      return;
+    }
     const nodeId = py.nodeId(key.publicKey);
     setStatus(`node ${nodeId}${key.created ? " (new key)" : ""}: measuring…`);
     const result = await register(py, key, nodeId);

@@ -41,13 +41,15 @@ function renderNodes() {
   // data-label: the column name, shown beside each value when the table folds into cards on phones
   $("nodes").querySelector("tbody").innerHTML = shown.map((r) =>
     `<tr><td data-label="node"><a href="/nodes/${r.node}"><code title="${r.node}">${r.node.slice(0, 14)}…</code></a></td>` +
-    `<td data-label="name">${r.name ? esc(r.name) : "—"}</td>` +
+    `<td data-label="name">${r.name ? `<bdi>${esc(r.name)}</bdi>` : "—"}</td>` +
     `<td data-label="trust"><span class="trust ${r.trust}">${r.trust}</span></td><td data-label="kind">${r.kind}</td><td data-label="cores">${r.cores}</td>` +
     `<td data-label="GFLOP/s" class="num">${f(r.gflops, 1)}</td>` +
     `<td data-label="GB/s (claimed, not proven)" class="num claimed">${f(r.gbs, 2)}</td>` +
     `<td data-label="tokens/s" class="num">${f(r.tps, 1)}</td>` +
     `<td data-label="GPU (claimed, not proven)" class="claimed">${r.gpu ? esc(r.gpu) : "—"}</td></tr>`).join("");
-  const csv = [COLUMNS.join(","), ...shown.map((r) => COLUMNS.map((c) => `"${String(r[c] ?? "").replace(/"/g, '""')}"`).join(","))];
+  // a node's text (its name, a GPU model) that a spreadsheet would run as a formula is kept as text (a leading ')
+  const cell = (v) => { const s = String(v ?? ""); return typeof v === "string" && /^[=+\-@\t\r]/.test(s) ? `'${s}` : s; };
+  const csv = [COLUMNS.join(","), ...shown.map((r) => COLUMNS.map((c) => `"${cell(r[c]).replace(/"/g, '""')}"`).join(","))];
   $("nodes-csv").href = "data:text/csv;charset=utf-8," + encodeURIComponent(csv.join("\n") + "\n");
   $("nodes-count").textContent = `${shown.length} of ${rows.length} nodes`;
 }

@@ -25,7 +25,7 @@ function methodOf(ev) {
   if (!ev) return "—";
   if (ev.null_reason) return `not measured: ${esc(ev.null_reason)}`;
   const spread = ev.spread_instance0 || ev.run_stats || ev.write;
-  const s = spread && typeof spread.spread_pct === "number" ? ` Spread ${spread.spread_pct.toFixed(1)}% (n = ${spread.n}).` : "";
+  const s = spread && typeof spread.spread_pct === "number" ? ` Spread ${spread.spread_pct.toFixed(1)}% (n = ${Number.isInteger(spread.n) ? spread.n : "?"}).` : "";  // evidence is the node's own text: never markup
   return `${esc(ev.method || "")}${s}`;
 }
 
@@ -109,8 +109,9 @@ async function load() {
     return;
   }
   const { profile, status, trust } = await resp.json();
-  if (profile.name) {  // textContent: a name is text, whatever it holds
-    $("node-name").textContent = `“${profile.name}”, as its operator named it (a label; the id above is the node)`;
+  if (profile.name) {  // textContent in a <bdi>: a name is text, and its direction stays its own
+    $("node-name-text").textContent = profile.name;
+    $("node-name").hidden = false;
     document.title = `ce-bench — ${profile.name}`;
   }
   showTrust(profile, trust);

@@ -16,6 +16,9 @@ from capsule.profile import build_profile
 from capsule.typed import parse
 from capsule.model import NODE_NAME, NodeProfile
 
+def ce_name_ok(name):
+    return re.fullmatch(NODE_NAME, name) is not None
+
 def ce_node_id(public_hex):
     return peer_id_from_public_key(bytes.fromhex(public_hex))
 
@@ -55,7 +58,8 @@ def ce_profile(args_json):
         gpus=a["gpus"], runtime=a["runtime"], ref_model="ce-ref-15m-f32", evidence_extra=a["evidence"],
         name=a.get("name") or None)
     if profile.get("name") is not None and not re.fullmatch(NODE_NAME, profile["name"]):
-        raise ValueError("a name is 1-64 characters, no control characters, no space at either end")
+        raise ValueError("a name is 1-64 characters: no control or invisible characters, no space at either end, "
+                         "not beginning like a NodeId")
     return json.dumps({"profile": profile, "message": signing_message("NodeProfile", profile).hex()})
 
 def _keep(keep):
@@ -119,6 +123,7 @@ export async function loadCapsulePython() {
   const fn = (name) => pyodide.globals.get(name);
   return {
     version: pyodide.version,
+    nameOk: (name) => fn("ce_name_ok")(name),  // capsule/model.py NODE_NAME, the relay's own rule
     nodeId: (publicKey) => fn("ce_node_id")([...publicKey].map((b) => b.toString(16).padStart(2, "0")).join("")),
     plan: (beaconValue, nodeId) => JSON.parse(fn("ce_plan")(beaconValue, nodeId)),
     profile: (args) => JSON.parse(fn("ce_profile")(JSON.stringify(args))),

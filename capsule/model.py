@@ -17,11 +17,12 @@ HEX64 = "[0-9a-f]{64}"
 HEX = "[0-9a-f]{2,256}"
 NODE_ID = "12D3KooW[1-9A-HJ-NP-Za-km-z]{44}"  # base58btc of 00 24 08 01 12 20 + 32-byte key
 B64URL_SIG = "[A-Za-z0-9_-]{86}"  # 64 bytes, unpadded base64url
-# A node's name, as its operator chose it: 1-64 characters, no control characters (C0, DEL, C1: nothing a terminal
-# acts on) nor bidirectional overrides (a name must not reorder what a page shows beside it), no space at either end.
-# A label, not an identity.
-NODE_NAME = r"[^\x00-\x20\x7f-\x9f\u202a-\u202e\u2066-\u2069](?:[^\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]{0,62}" \
-            r"[^\x00-\x20\x7f-\x9f\u202a-\u202e\u2066-\u2069])?"
+# A node's name, as its operator chose it: 1-64 characters, none a control character (C0, DEL, C1: nothing a
+# terminal acts on), an invisible format character (zero-width, bidirectional marks, overrides and isolates, line
+# and paragraph separators: a name must not hide text or reorder what a page shows beside it), no space at either
+# end, and not the beginning of a NodeId (a name must not pass for another node's id). A label, not an identity.
+_NAME_NEVER = r"\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+NODE_NAME = rf"(?!12D3KooW)[^{_NAME_NEVER}\x20](?:[^{_NAME_NEVER}]{{0,62}}[^{_NAME_NEVER}\x20])?"
 MAX_U32 = 2**32 - 1
 MAX_TIME = 2**40  # unix seconds; far beyond any real date, rejects absurd values
 

@@ -67,13 +67,17 @@ def parse_multiaddrs(value: Any, peer_id: str) -> list[str]:
 
 
 def is_loopback(text: str) -> bool:
-    """A multiaddr only a peer on the same machine can dial (/ip4/127.x, /ip6/::1, /dns*/localhost)."""
+    """A multiaddr that dials the dialer's own machine: loopback (/ip4/127.x, /ip6/::1, IPv4-mapped 127.x), the
+    unspecified address (0.0.0.0, ::: Linux connects it locally), or a *.localhost name."""
     parts = text.split("/")
     if len(parts) < 3:
         return False
     if parts[1] in ("dns", "dns4", "dns6"):
-        return parts[2].lower() == "localhost"
+        name = parts[2].lower().rstrip(".")
+        return name == "localhost" or name.endswith(".localhost")
     try:
-        return ipaddress.ip_address(parts[2]).is_loopback
+        address = ipaddress.ip_address(parts[2])
     except ValueError:
         return False
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or address.is_unspecified or (mapped is not None and mapped.is_loopback)

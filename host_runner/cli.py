@@ -85,8 +85,9 @@ def _node_name(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
     if value is None or re.fullmatch(NODE_NAME, value):
         return value
-    raise click.BadParameter(f"expected 1-64 characters, no control characters and no space at either end; got "
-                             f"{value[:80]!r}")
+    raise click.BadParameter(f"expected 1-64 characters, no control characters, no invisible or bidirectional "
+                             f"format characters, no space at either end, not beginning like a NodeId (12D3KooW); "
+                             f"got {value[:80]!r}")
 
 
 def name_option(f: Any) -> Any:

@@ -392,7 +392,8 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         _, beacon, _ = relay.get("/beacon")
         # a name and a GPU model are the node's own text: shown as text, never as markup (issue 47)
         name = 'rack 7 <img src=x onerror="window.named=1"> & "q"'
-        slow = sample_profile(beacon=beacon, gflops=20.0, gpu_model='<img src=x onerror="window.modelled=1">')[1]
+        model = '=HYPERLINK("x")<img src=x onerror="window.modelled=1">'  # markup, and a spreadsheet formula
+        slow = sample_profile(beacon=beacon, gflops=20.0, gpu_model=model)[1]
         fast = sample_profile(beacon=beacon, gflops=90.0, name=name)[1]
         for p in (slow, fast):
             assert relay.post("/v1/profiles", p)[0] == 201
@@ -416,7 +417,9 @@ def test_a_page_per_node(browser: Browser, tmp_path: Path, artifacts: Artifacts)
         page.fill("#node-filter", "")
         page.wait_for_function("() => document.querySelectorAll('#nodes tbody tr').length === 2")
         assert page.locator("#nodes tbody img").count() == 0, page.inner_html("#nodes tbody")
-        assert '<img src=x onerror="window.modelled=1">' in page.locator("#nodes tbody").inner_text()
+        assert model in page.locator("#nodes tbody").inner_text()
+        csv = urllib.parse.unquote(str(page.get_attribute("#nodes-csv", "href")).split(",", 1)[1])
+        assert f'"\'{model.replace(chr(34), chr(34) * 2)}"' in csv, csv  # kept as text in a spreadsheet
         assert page.evaluate("() => [window.named, window.modelled]") == [None, None]
         page.click(f"a[href='/nodes/{fast['node_id']}']")
         page.wait_for_function("() => document.querySelectorAll('#figures tbody tr').length === 5")
@@ -467,6 +470,12 @@ def test_join_flow_with_webgpu_then_challenges_answered_and_verified(page: Page,
             "--job-submitter", submitter.node_id]
     with RelayProcess(tmp_path / "data", *fast) as r:
         ARTIFACTS.mkdir(exist_ok=True)
+        page.goto(r.url + "/")  # a name the relay would refuse is refused before anything is measured
+        page.fill("#node-name", "12D3KooW-not-my-id")
+        page.click("#join")
+        page.wait_for_function(JOIN_DONE, timeout=60_000)
+        assert page.locator("#status").inner_text().startswith("refused: a name is 1-64 characters")
+        assert page.locator("#phases").inner_text().count("GFLOP") == 0 and not page.evaluate("() => window.ceProfile")
         profile = join(page, r, name="kitchen laptop")
         node_id = profile["node_id"]
         assert profile["name"] == "kitchen laptop"  # signed with the rest (issue 47: operator names)

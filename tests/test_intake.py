@@ -67,3 +67,37 @@ def test_http_mesh_and_nats_leave_the_same_history_row_and_atlas_entry(tmp_path:
         finally:
             a.stop()
             b.stop()
+
+
+def test_a_copy_taken_twice_leaves_one_row_and_an_older_one_changes_nothing(tmp_path: Path) -> None:
+    """The intake itself, on a real SQLite store: a profile delivered twice (NATS and the mesh at once, or the live
+    subject and the bucket's catch-up) leaves one history row and one desk refresh; one older than what the relay
+    holds, arriving after it, neither writes a row nor moves the atlas back."""
+    from common.keys import NodeKey
+    from web.api.ingest import BeaconBook, verify_profile
+    from web.api.metrics import Metrics
+    from web.config import RelayConfig
+    from web.intake.profiles import Origin, ProfileIntake
+    from web.map.atlas import Atlas
+    from web.parts import Core, Outbox
+    from web.store import Store
+
+    config, key = RelayConfig(data_dir=tmp_path), NodeKey.generate()
+    store = Store(tmp_path / "relay.sqlite")
+    core = Core(config, key, store, Atlas(config, key.node_id), BeaconBook(key.node_id, 10), Metrics())
+    refreshed: list[str] = []
+    intake = ProfileIntake(core, lambda node_id, now: refreshed.append(node_id), Outbox(key.node_id))
+    node_key = NodeKey.generate()
+    older = verify_profile(sample_profile(node_key, measured_at=int(time.time()) - 60)[1]).summary
+    newer = verify_profile(sample_profile(node_key, measured_at=int(time.time()))[1]).summary
+    peer = Origin("cluster", NodeKey.generate().node_id)
+    for _ in range(2):  # the same copy twice
+        store.submit(intake.write_op(newer, b"{}", peer, time.time())).result(timeout=10)
+        intake.keep(newer, b"{}", peer, time.time())
+    store.submit(intake.write_op(older, b"{}", peer, time.time())).result(timeout=10)  # then an older one
+    intake.keep(older, b"{}", peer, time.time())
+    rows = store.history(node_key.node_id, 10)
+    assert [(kind, json.loads(body)["measured_at"]) for _, kind, body in rows] == [("profile", newer.measured_at)]
+    assert refreshed == [node_key.node_id]
+    assert core.atlas.nodes[node_key.node_id].profile.measured_at == newer.measured_at
+    store.close()

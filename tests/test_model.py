@@ -151,7 +151,8 @@ def test_a_name_is_signed_text_in_one_form() -> None:
     assert "name" not in plain and "name" not in to_json(verify_record("NodeProfile", plain))  # as signed
     with pytest.raises(ValidationError, match=r"\$\.name: expected a value, or the field left out; got null"):
         parse(NodeProfile, {**plain, "name": None})
-    for bad in (" lead", "trail ", "x" * 65, "a\nb", "a\u202eb", "esc\x1b[31m", "c1\x9b31m", ""):
+    for bad in (" lead", "trail ", "x" * 65, "a\nb", "a\u202eb", "esc\x1b[31m", "c1\x9b31m", "", "zero\u200bwidth",
+                "rtl\u200fmark", "12D3KooWSomeoneElse"):
         with pytest.raises(ValidationError, match=r"\$\.name: expected (a string|at most 64)"):
             parse(NodeProfile, {**plain, "name": bad})
     forged = {**named, "name": "someone else"}  # the name is under the signature

@@ -67,6 +67,24 @@ def test_processes_on_a_port_another_relay_shares_say_so_and_write_nothing(tmp_p
         assert not data.exists()  # no key, no store, no nats-server config
 
 
+def test_processes_while_another_processes_relay_starts_on_the_port_say_so(tmp_path: Path) -> None:
+    """A `--processes` relay that is starting binds its port (SO_REUSEPORT) before it listens, which a bind check
+    does not see: the supervisor's lock on the port is what a second one meets (review finding: it shared it)."""
+    import fcntl
+
+    from web.cli import port_lock_path
+
+    port = free_port()
+    with open(port_lock_path("127.0.0.1", port), "w") as held:  # what a starting supervisor holds
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = subprocess.run([CLI, "relay", "--processes", "2", "--port", str(port), "--data-dir",
+                                 str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"ce-bench: error: cannot listen on 127.0.0.1:{port}: another ce-bench relay "
+                                    "--processes is starting or running there"), result.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_up_on_a_port_another_process_holds_measures_and_posts_nothing(tmp_path: Path) -> None:
     """Before: `up` measured anyway, posted this machine's profile to the relay on that port and exited 0."""
     sock, port = held_port()

@@ -18,6 +18,7 @@ from websockets.sync.client import connect
 
 from capsule.signing import sign, verify_record
 from common.keys import NodeKey
+from common.multiaddrs import is_loopback
 from host_runner.live_client import LiveSession
 from host_runner.peer_probe import PeerProber, agrees, summarize
 from tests.relay_process import RelayProcess
@@ -91,11 +92,17 @@ def test_loopback_multiaddrs_are_offered_only_to_a_peer_on_the_same_host() -> No
         [(_, message)] = b.pair(100.0, random.Random(1), no_prediction, lambda n: addrs[n])
         return message
 
-    assert first_offer(("10.0.0.1", "10.0.0.1"), local)["transport"] == "libp2p"  # one machine: loopback works
+    assert first_offer(("127.0.0.1", "::1"), local)["transport"] == "libp2p"  # on the relay's machine: it works
     assert first_offer(("10.0.0.1", "10.0.0.2"), local)["transport"] == "webrtc"  # two machines: it would not
-    offer = first_offer(("10.0.0.1", "10.0.0.2"), both)
+    # one address is no proof of one machine (a NAT, a proxy the relay does not trust): no loopback there either
+    assert first_offer(("10.0.0.1", "10.0.0.1"), local)["transport"] == "webrtc"
+    offer = first_offer(("10.0.0.1", "10.0.0.1"), both)
     assert offer["transport"] == "libp2p" and not any("/127.0.0.1/" in a for a in offer["multiaddrs"]), offer
-    assert first_offer(("10.0.0.1", "10.0.0.1"), both)["multiaddrs"] == both[offer["peer"]]
+    assert first_offer(("127.0.0.1", "127.0.0.1"), both)["multiaddrs"] == both[offer["peer"]]
+    for dials_itself in ("/ip4/0.0.0.0/tcp/1", "/ip6/::/tcp/1", "/ip6/::ffff:127.0.0.1/tcp/1",
+                         "/dns4/a.localhost/tcp/1", "/ip6/::1/tcp/1", "/dns/localhost/tcp/1"):
+        assert is_loopback(dials_itself), dials_itself
+    assert not is_loopback("/ip4/10.0.0.1/tcp/1") and not is_loopback("/dns4/example.org/tcp/1")
 
 
 def test_a_node_offers_at_most_once_per_interval_and_a_pair_waits_its_repeat_time() -> None:

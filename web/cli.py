@@ -229,6 +229,35 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+_HELD: list[int] = []  # lock files held for the life of this process
+
+
+def port_lock_path(host: str, port: int) -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"ce-bench-relay-{host.replace(':', '_').replace('/', '_')}-{port}.lock"
+
+
+def hold_port(host: str, port: int) -> None:
+    """`--processes N`: the processes bind with SO_REUSEPORT before they listen, and a bind check sees only a
+    listening socket, so a second `--processes` relay started while a first one starts (loads its store, starts
+    its nats-server) would share the port. The supervisor holds an flock for (host, port) for its whole life."""
+    import fcntl
+
+    path = port_lock_path(host, port)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: cannot open the port's lock {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(f"cannot listen on {host}:{port}: another ce-bench relay --processes is starting or running "
+                        f"there (it holds {path})") from None
+    _HELD.append(fd)
+
+
 def port_free(host: str, port: int) -> None:
     """`--processes N`: each process binds the port itself with SO_REUSEPORT, which another SO_REUSEPORT socket
     of this user (a second `--processes` relay) would share without a word, splitting the connections between
@@ -305,6 +334,7 @@ def relay_cmd(config: RelayConfig, log_level: str, tls: bool, processes: int) ->
     # the port, then the NATS credentials, before anything is written (a key, a store, a nats-server)
     sock = listen(config.host, config.port) if processes == 1 else None
     if sock is None:
+        hold_port(config.host, config.port)
         port_free(config.host, config.port)
     if sock is not None:
         config = dataclasses.replace(config, port=sock.getsockname()[1])

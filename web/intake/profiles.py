@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -50,18 +51,28 @@ class ProfileIntake:
         self.outbox = outbox
 
     def write_op(self, summary: ProfileSummary, body: bytes, origin: Origin, now: float) -> Op:
-        """The one store write: the profile (with its summary) and its history row."""
-        return Store.all_of(
-            Store.put_profile_op(summary.node_id, summary.measured_at, origin.relay, body, origin.synced,
-                                 json.dumps(summary.to_json()).encode()),
-            Store.put_history_op(summary.node_id, now, "profile", json.dumps(summary.figures()).encode(),
-                                 self.core.config.history_kept))
+        """The one store write: the profile (with its summary) and, only where that changed the stored row (a
+        newer profile), its history row, in one transaction. A copy delivered twice (over NATS and the mesh at
+        once, or the live subject and the bucket's catch-up after a reconnect) leaves one row."""
+        put = Store.put_profile_op(summary.node_id, summary.measured_at, origin.relay, body, origin.synced,
+                                   json.dumps(summary.to_json()).encode())
+        row = Store.put_history_op(summary.node_id, now, "profile", json.dumps(summary.figures()).encode(),
+                                   self.core.config.history_kept)
+
+        def op(conn: sqlite3.Connection) -> None:
+            before = conn.total_changes
+            put(conn)
+            if conn.total_changes > before:
+                row(conn)
+        return op
 
     def keep(self, summary: ProfileSummary, body: bytes, origin: Origin, now: float) -> list[str]:
         """After the store committed write_op: the atlas, the desk, and the outbox. Returns the warnings a
         poster is told (a profile with lower figures than the one it replaced)."""
         node_id = summary.node_id
         before = self.core.atlas.nodes.get(node_id)
+        if before is not None and before.profile.measured_at >= summary.measured_at:
+            return []  # a newer (or this same) profile landed while this one was written: it stands
         warnings = lower_figures(before.profile, summary) if before is not None else []
         if warnings and origin.via != "cluster":
             log.warning("a profile replaced a higher one", extra={"node_id": node_id, "warnings": warnings})

@@ -34,6 +34,7 @@ edge to it is oldest; otherwise a random idle one."""
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import secrets
 from collections import Counter
@@ -236,11 +237,20 @@ class PeerBroker:
 
 
 def dialable(addrs: list[str], owner: Participant, dialer: Participant) -> list[str]:
-    """The owner's multiaddrs the dialer can reach: loopback ones only from the owner's own host (a node's libp2p
-    host listens on loopback unless its operator announces another address; a peer elsewhere would dial itself)."""
-    if owner.host and owner.host == dialer.host:
+    """The owner's multiaddrs the dialer can reach: loopback ones only where both sessions come from loopback
+    (nodes on the relay's own machine). A node's libp2p host listens on loopback unless its operator announces
+    another address, and one client address is no proof of one machine: nodes behind one NAT, or every node
+    behind a proxy the relay does not trust, share it, and a loopback address there dials the dialer itself."""
+    if _loopback_host(owner.host) and _loopback_host(dialer.host):
         return addrs
     return [a for a in addrs if not is_loopback(a)]
+
+
+def _loopback_host(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:
