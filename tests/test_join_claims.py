@@ -47,7 +47,10 @@ def profiles(relay: RelayProcess, node_id: str) -> list[dict[str, Any]]:
     return [e for e in body["events"] if e["event"] == "profile"]
 
 
-@pytest.mark.timed  # answers roll calls within their deadline while its renderer is held to 40% of the CPU
+# alone, not timed (tests/scheduling.py's rule): the second claim is judged against the first, measured at another
+# moment, and tests at nice 19 beside the first measurement moved it (stop 53's suite: first 30.9, then 25.0, not
+# below 0.8 of it, though every roll call under the quota showed ~12)
+@pytest.mark.alone
 def test_a_join_whose_roll_calls_show_less_than_its_claim_measures_again(browser: Browser, tmp_path: Path,
                                                                          artifacts: Artifacts) -> None:
     context = browser.new_context()
