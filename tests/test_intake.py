@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tests.mesh_peer import js_peer_script, mesh_address, run_js
 from tests.nats_process import NatsProcess
 from tests.relay_process import RelayProcess
+from tests.roll_call_helpers import until
 from tests.samples import sample_profile
 
 FAST = ["--heartbeat-interval", "0.5", "--beacon-interval", "1", "--ip-rate", "1000"]
-
-
-def until(what: str, timeout_s: float, probe: Any) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout_s} s (last: {probe()!r:.500})")
 
 
 def node(relay: RelayProcess, node_id: str) -> dict[str, Any] | None:
@@ -56,10 +48,9 @@ def test_http_mesh_and_nats_leave_the_same_history_row_and_atlas_entry(tmp_path:
             assert sent["recipients"] == 1, sent  # the precondition: the relay was a gossipsub peer of the topic
             assert b.post("/v1/profiles", by_nats)[0] == 201
             for profile in (by_http, by_mesh, by_nats):
-                held = until(f"{profile['name']} at A", 30, lambda p=profile: node(a, p["node_id"]))
+                held = until(f"{profile['name']} at A", 30, partial(node, a, profile["node_id"]))
                 assert held["profile"] == profile  # the atlas entry: the profile as signed
-            rows = {p["name"]: until(f"{p['name']}'s history row at A", 15,
-                                     lambda p=p: profile_rows(a, p["node_id"]))
+            rows = {p["name"]: until(f"{p['name']}'s history row at A", 15, partial(profile_rows, a, p["node_id"]))
                     for p in (by_http, by_mesh, by_nats)}
             # one row each, the same row: the figures the profile claims (before: none for the one from NATS)
             assert rows["over http"] == rows["over the mesh"] == rows["over nats"], rows

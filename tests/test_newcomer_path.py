@@ -7,6 +7,7 @@ the code fails here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -72,9 +73,12 @@ def until(what: str, timeout_s: float, probe: Callable[[], Any]) -> Any:
 
 
 @contextmanager
-def started(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[str]]:
+def started(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
+            read_stdout: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """The process, its stderr (and stdout, unless read here) in `log`; SIGTERM at the end, kill after 20 s."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=out, text=True)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE if read_stdout else out, stderr=out,
+                                text=True)
     try:
         yield proc
     finally:
@@ -129,8 +133,9 @@ def quickstart(env: dict[str, str]) -> None:
 def up_join_and_status(page: Page, tmp: Path, env: dict[str, str]) -> None:
     """The manual: `ce-bench up` prints the URL to open; the page joins; `status` and `nodes` show both."""
     port = free_port()
-    with started(ce_bench(["ce-bench", "up", "--port", str(port), "--data-dir", str(tmp / "up-data"), "--no-gpu",
-                           "--budget-ms", "500", "--name", "first relay"]), tmp, env, tmp / "up.log") as up:
+    argv = ce_bench(["ce-bench", "up", "--port", str(port), "--data-dir", str(tmp / "up-data"), "--no-gpu",
+                     "--budget-ms", "500", "--name", "first relay"])
+    with started(argv, tmp, env, tmp / "up.log", read_stdout=True) as up:
         lines = lines_of(up)
         url = None
         deadline = time.monotonic() + 180
@@ -213,41 +218,33 @@ def two_relays(tmp: Path, env: dict[str, str]) -> None:
         ports = {name: free_port() for name in hosts}
         procs = []
         try:
-            for name, home in hosts.items():
-                other = next(n for n in hosts if n != name)
-                argv = [a.replace("nats.example:4222", f"127.0.0.1:{nats_port}").replace("relay-a", name)
-                        .replace("/etc/ce-relay", str(home / "etc")).replace("RELAY_B_ID", ids[other])
-                        for a in relay]
-                log = open(home / "relay.log", "w")  # noqa: SIM115 - closed with the process below
-                procs.append((subprocess.Popen([*ce_bench(argv), "--port", str(ports[name])], cwd=home, env=env,
-                                               stdout=log, stderr=log), log))
-            for name in hosts:
-                url = f"http://127.0.0.1:{ports[name]}"
-                beacon = until(f"{name} serving", 60, lambda: get(url + "/beacon"))  # noqa: B023 - called here
-                assert beacon["relay"] == ids[name]  # the id keys show printed is the relay's
-            a, b = (f"http://127.0.0.1:{ports[n]}" for n in hosts)
-            until("each relay hears the other", 60, lambda: all(
-                all(r["last_seen"] for r in get(u + "/v1/relays")["relays"]) for u in (a, b)))
-            assert get(a + "/v1/relays")["leader"] == get(b + "/v1/relays")["leader"] == min(ids.values())
-            _, profile = sample_profile(beacon=get(a + "/beacon"))
-            request = urllib.request.Request(a + "/v1/profiles", json.dumps(profile).encode(),
-                                             {"content-type": "application/json"})
-            assert urllib.request.urlopen(request, timeout=10).status == 201
-            until("the profile posted to A served by B", 30,
-                  lambda: get(f"{b}/v1/nodes/{profile['node_id']}")["profile"] == profile)
+            with contextlib.ExitStack() as stack:
+                for name, home in hosts.items():
+                    other = next(n for n in hosts if n != name)
+                    argv = [a.replace("nats.example:4222", f"127.0.0.1:{nats_port}").replace("relay-a", name)
+                            .replace("/etc/ce-relay", str(home / "etc")).replace("RELAY_B_ID", ids[other])
+                            for a in relay]
+                    procs.append(stack.enter_context(started([*ce_bench(argv), "--port", str(ports[name])], home,
+                                                             env, home / "relay.log")))
+                for name in hosts:
+                    url = f"http://127.0.0.1:{ports[name]}"
+                    beacon = until(f"{name} serving", 60, lambda: get(url + "/beacon"))  # noqa: B023 - called here
+                    assert beacon["relay"] == ids[name]  # the id keys show printed is the relay's
+                a, b = (f"http://127.0.0.1:{ports[n]}" for n in hosts)
+                until("each relay hears the other", 60, lambda: all(
+                    all(r["last_seen"] for r in get(u + "/v1/relays")["relays"]) for u in (a, b)))
+                assert get(a + "/v1/relays")["leader"] == get(b + "/v1/relays")["leader"] == min(ids.values())
+                _, profile = sample_profile(beacon=get(a + "/beacon"))
+                request = urllib.request.Request(a + "/v1/profiles", json.dumps(profile).encode(),
+                                                 {"content-type": "application/json"})
+                assert urllib.request.urlopen(request, timeout=10).status == 201
+                until("the profile posted to A served by B", 30,
+                      lambda: get(f"{b}/v1/nodes/{profile['node_id']}")["profile"] == profile)
         except BaseException:
             for name, home in hosts.items():
                 print(name, (home / "relay.log").read_text()[-3000:])
             raise
-        finally:
-            for proc, log in procs:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                log.close()
-        for (proc, _), home in zip(procs, hosts.values(), strict=True):
+        for proc, home in zip(procs, hosts.values(), strict=True):
             # SIGTERM: a clean stop (uvicorn shuts down, then re-raises the signal it caught, as supervisors expect)
             assert proc.returncode in (0, -signal.SIGTERM), proc.returncode
             assert "Traceback" not in (home / "relay.log").read_text()
